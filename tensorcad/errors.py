@@ -1,0 +1,24 @@
+"""The one error type tensorcad raises for bad input.
+
+Every bad file, expression or option becomes a ``TensorcadError`` that names
+where the bad value sits (a JSON path such as ``nodes[1].params.heads``), so
+the CLI can print it as one line and exit 2.
+"""
+
+from __future__ import annotations
+
+
+class TensorcadError(ValueError):
+    """Bad input, with the path of the offending value."""
+
+    def __init__(self, path: str, message: str):
+        self.path = path
+        self.message = message
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+def join(path: str, key: str | int) -> str:
+    """Extend a JSON path: ``join("nodes", 1)`` is ``nodes[1]``."""
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
