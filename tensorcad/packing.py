@@ -1,0 +1,299 @@
+"""Packed training rows: the one place that draws them.
+
+A packed row is a window of a stream of documents laid end to end, so it
+usually begins and ends inside a document. Document lengths are gamma with
+mean ``mean`` and coefficient of variation ``spread`` (0: fixed lengths, 1:
+exponential). The engine's sampler, the runtime's made-up packing and the
+test harness all draw from here, so they agree on what a packing is.
+
+The stream is built for low noise rather than realism: one length per
+stratum of the distribution (quantiles at ``(i + 0.5) / count``), shuffled,
+and rows that begin at stratified offsets, so every phase a row can begin at
+is represented. See ``docs/packing.md`` for why each choice was made.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import gammaincinv
+
+from tensorcad.errors import TensorcadError
+
+MAX_MEAN = 2**24
+MAX_SPREAD = 10.0
+MAX_SEQ = 2**24
+MAX_ROWS = 2**20
+# Materialising more than this many tokens a call is a mistake, not a
+# workload: 2**28 int64 tokens is 2 GiB for each of documents and positions.
+MAX_DRAWN_TOKENS = 2**28
+MIN_STREAM_DOCUMENTS = 1024
+
+
+def _real(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TensorcadError(path, f"expected a number, got {type(value).__name__}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise TensorcadError(path, f"expected a finite number, got {result}")
+    return result
+
+
+def _integer(value: object, path: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TensorcadError(path, f"expected an integer, got {type(value).__name__}")
+    result = int(value)
+    if not low <= result <= high:
+        raise TensorcadError(path, f"expected an integer in [{low}, {high}], got {result}")
+    return result
+
+
+def check_mean(mean: object, path: str = "packing.mean") -> float:
+    value = _real(mean, path)
+    if not 0 < value <= MAX_MEAN:
+        raise TensorcadError(path, f"mean document length must be in (0, {MAX_MEAN}], got {value}")
+    return value
+
+
+def check_spread(spread: object, path: str = "packing.spread") -> float:
+    value = _real(spread, path)
+    if not 0 <= value <= MAX_SPREAD:
+        raise TensorcadError(path, f"spread must be in [0, {MAX_SPREAD:g}], got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Documents of gamma-distributed length: ``mean`` tokens, coefficient of variation ``spread``.
+
+    Spread defaults to 1 (exponential lengths) because real corpora vary;
+    fixed lengths are the special case ``spread=0``.
+    """
+
+    mean: float
+    spread: float = 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mean", check_mean(self.mean))
+        object.__setattr__(self, "spread", check_spread(self.spread))
+
+
+def document_lengths(mean: float, spread: float, count: int, seed: int = 0) -> np.ndarray:
+    """One whole-token length per stratum of the gamma distribution, shuffled.
+
+    Quantile ``(i + 0.5) / count`` for stratum ``i``, rounded to the nearest
+    integer (halves up) and at least 1: a document holds whole tokens.
+    Stratifying rather than drawing i.i.d. is what keeps the long documents,
+    which dominate the keys a query keeps, from being the noise.
+    """
+    mean = check_mean(mean, "mean")
+    spread = check_spread(spread, "spread")
+    count = _integer(count, "count", 1, 2**31)
+    seed = _integer(seed, "seed", 0, 2**63 - 1)
+    if spread == 0:
+        lengths = np.full(count, mean)
+    else:
+        shape = 1.0 / spread**2
+        scale = mean * spread**2
+        strata = (np.arange(count, dtype=np.float64) + 0.5) / count
+        lengths = gammaincinv(shape, strata) * scale
+    whole = np.maximum(np.floor(lengths + 0.5), 1).astype(np.int64)
+    np.random.default_rng(seed).shuffle(whole)
+    return whole
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A circular stream of documents and the windows cut from it as rows.
+
+    ``lengths`` are the documents in stream order; row ``r`` is the ``seq``
+    tokens starting at ``starts[r]``, wrapping past the end of the stream.
+    """
+
+    lengths: np.ndarray
+    starts: np.ndarray
+    seq: int
+
+    @property
+    def total(self) -> int:
+        return int(self.lengths.sum())
+
+    @classmethod
+    def build(cls, rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0) -> Stream:
+        rows = _integer(rows, "rows", 1, MAX_ROWS)
+        seq = _integer(seq, "seq", 1, MAX_SEQ)
+        mean = check_mean(mean, "mean")
+        spread = check_spread(spread, "spread")
+        seed = _integer(seed, "seed", 0, 2**63 - 1)
+        needed = rows * seq
+        # Every length is at least one token, so a mean under 1 still fills
+        # the rows with ``needed`` documents; this keeps tiny means bounded.
+        count = max(MIN_STREAM_DOCUMENTS, math.ceil(needed / max(mean, 1.0)))
+        lengths = document_lengths(mean, spread, count, seed)
+        total = int(lengths.sum())
+        while total < needed:
+            # Rounding, and the strata missing the far tail, can leave the
+            # stream short of the mean; grow it in proportion and redraw.
+            count = math.ceil(count * needed / total) + 1
+            lengths = document_lengths(mean, spread, count, seed)
+            total = int(lengths.sum())
+        # Row r begins somewhere in the r-th of ``rows`` equal slices of the
+        # stream: every phase is represented, yet no two rows coincide.
+        rng = np.random.default_rng((seed, 1))
+        offsets = rng.random(rows)
+        starts = np.floor((np.arange(rows) + offsets) / rows * total).astype(np.int64)
+        starts = np.minimum(starts, total - 1)
+        rng.shuffle(starts)
+        return cls(lengths=lengths, starts=starts, seq=seq)
+
+    def boundaries(self) -> RowBoundaries:
+        """Where each row's documents begin, without materialising the rows."""
+        ends = np.cumsum(self.lengths)
+        total = int(ends[-1])
+        # Unrolled twice: a window starts before ``total`` and is at most
+        # ``total`` long, so it ends before ``2 * total``.
+        ends = np.concatenate([ends, ends + total])
+        first = np.searchsorted(ends, self.starts, side="right")
+        last = np.searchsorted(ends, self.starts + self.seq - 1, side="right")
+        # Boundaries strictly inside row r are ends[first[r] : last[r]].
+        counts = last - first
+        offsets = np.zeros(len(self.starts) + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        row_of = np.repeat(np.arange(len(self.starts)), counts)
+        index = np.arange(int(offsets[-1]), dtype=np.int64) - offsets[row_of] + first[row_of]
+        cuts = ends[index] - self.starts[row_of]
+        doc_start = np.where(first > 0, ends[np.maximum(first - 1, 0)], 0)
+        return RowBoundaries(
+            seq=self.seq,
+            cuts=cuts.astype(np.int64),
+            offsets=offsets,
+            first_age=(self.starts - doc_start).astype(np.int64),
+        )
+
+
+@dataclass(frozen=True)
+class RowBoundaries:
+    """The document boundaries of each row, in compressed sparse form.
+
+    For row ``r``, ``cuts[offsets[r]:offsets[r + 1]]`` are the positions
+    ``0 < t < seq`` at which a new document begins; ``first_age[r]`` is how
+    many tokens of the row's first document precede the row. A block counter
+    reads a block's first and last document as ``document_at`` of its edges.
+    """
+
+    seq: int
+    cuts: np.ndarray
+    offsets: np.ndarray
+    first_age: np.ndarray
+
+    @property
+    def rows(self) -> int:
+        return len(self.offsets) - 1
+
+    def _keys(self, rows: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # One sorted key space for all rows: row r owns [r*(seq+1), (r+1)*(seq+1)).
+        stride = self.seq + 1
+        row_of_cut = np.repeat(np.arange(self.rows), np.diff(self.offsets))
+        return row_of_cut * stride + self.cuts, rows * stride + t
+
+    def document_at(self, t: np.ndarray) -> np.ndarray:
+        """Document index (from 0 each row) at row offsets ``t`` of shape (rows, n)."""
+        t = np.asarray(t, dtype=np.int64)
+        rows = np.arange(self.rows)[:, None]
+        cut_keys, keys = self._keys(rows, t)
+        return np.searchsorted(cut_keys, keys, side="right") - self.offsets[:-1][:, None]
+
+    def position_at(self, t: np.ndarray) -> np.ndarray:
+        """``positions_of`` of the row, at row offsets ``t`` of shape (rows, n)."""
+        t = np.asarray(t, dtype=np.int64)
+        rows = np.arange(self.rows)[:, None]
+        cut_keys, keys = self._keys(rows, t)
+        index = np.searchsorted(cut_keys, keys, side="right")
+        inside = index > self.offsets[:-1][:, None]
+        begin = np.where(inside, self.cuts[np.maximum(index - 1, 0)], 0)
+        return t - begin
+
+    def documents(self) -> np.ndarray:
+        """The (rows, seq) document indices, materialised."""
+        marks = np.zeros((self.rows, self.seq), dtype=np.int64)
+        row_of_cut = np.repeat(np.arange(self.rows), np.diff(self.offsets))
+        marks[row_of_cut, self.cuts] = 1
+        return np.cumsum(marks, axis=1, out=marks)
+
+    def positions(self) -> np.ndarray:
+        """The (rows, seq) positions within documents, materialised."""
+        row_of_cut = np.repeat(np.arange(self.rows), np.diff(self.offsets))
+        return _positions_from_cuts(self.rows, self.seq, row_of_cut, self.cuts)
+
+
+def _positions_from_cuts(
+    rows: int, seq: int, row_of_cut: np.ndarray, cuts: np.ndarray
+) -> np.ndarray:
+    # A document's first position is a running sum of the gaps between
+    # boundaries, which a cumulative sum builds in one pass (much faster than
+    # a running maximum); cuts are sorted by row, then by position.
+    gaps = np.zeros((rows, seq), dtype=np.int64)
+    if len(cuts):
+        previous = np.empty_like(cuts)
+        previous[0] = 0
+        previous[1:] = cuts[:-1]
+        row_begins = np.ones(len(cuts), dtype=np.bool_)
+        row_begins[1:] = row_of_cut[1:] != row_of_cut[:-1]
+        previous[row_begins] = 0
+        gaps[row_of_cut, cuts] = cuts - previous
+    begin = np.cumsum(gaps, axis=1, out=gaps)
+    return np.subtract(np.arange(seq, dtype=np.int64), begin, out=begin)
+
+
+def draw_boundaries(
+    rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0
+) -> RowBoundaries:
+    """The boundaries of the rows ``draw`` would return, without the (rows, seq) arrays."""
+    return Stream.build(rows, seq, mean, spread, seed).boundaries()
+
+
+def draw(
+    rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(documents, positions)``, both int64 (rows, seq), for a seeded packing.
+
+    ``documents`` starts at 0 in each row and rises by one at each boundary;
+    ``positions`` is ``positions_of(documents)``. Same arguments, same arrays.
+    """
+    rows = _integer(rows, "rows", 1, MAX_ROWS)
+    seq = _integer(seq, "seq", 1, MAX_SEQ)
+    if rows * seq > MAX_DRAWN_TOKENS:
+        raise TensorcadError(
+            "rows",
+            f"{rows} x {seq} tokens is more than {MAX_DRAWN_TOKENS} to materialise; "
+            "use draw_boundaries",
+        )
+    boundaries = draw_boundaries(rows, seq, mean, spread, seed)
+    # Equal to positions_of(documents), built from the boundaries directly.
+    return boundaries.documents(), boundaries.positions()
+
+
+def positions_of(documents: np.ndarray) -> np.ndarray:
+    """Each token's position in its document, restarting at every change of id and every row.
+
+    This is Hugging Face ``DataCollatorWithFlattening``'s ``position_ids``
+    for whole examples. Accepts an integer array of shape (B, T) or (T,).
+    """
+    if not isinstance(documents, np.ndarray):
+        raise TensorcadError("documents", f"expected a numpy array, got {type(documents).__name__}")
+    if documents.dtype == np.bool_ or not np.issubdtype(documents.dtype, np.integer):
+        raise TensorcadError("documents", f"expected integer document ids, got {documents.dtype}")
+    if documents.ndim not in (1, 2):
+        raise TensorcadError("documents", f"expected shape (B, T) or (T,), got {documents.shape}")
+    flat = documents.ndim == 1
+    grid = documents[None, :] if flat else documents
+    rows, seq = grid.shape
+    if seq == 0:
+        return np.zeros(documents.shape, dtype=np.int64)
+    change = np.not_equal(grid[:, 1:], grid[:, :-1])
+    row_of_cut, cuts = np.nonzero(change)
+    positions = _positions_from_cuts(rows, seq, row_of_cut, cuts + 1)
+    return positions[0] if flat else positions
