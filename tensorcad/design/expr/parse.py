@@ -1,0 +1,442 @@
+"""Text → AST: Python's own parser, then a closed-world conversion.
+
+The text is parsed with ``ast.parse(mode="eval")`` and every Python node is
+converted into one of the types in ``nodes``; any node type not listed is
+refused, quoting the offending text. Nothing is ever ``eval``ed or compiled
+to bytecode. Before the C parser sees the text, its length and nesting are
+bounded by a token scan, so pathological inputs (10,000 nested brackets or
+unary operators) are refused without recursing.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import math
+import tokenize
+
+from tensorcad.errors import TensorcadError
+
+from .nodes import (
+    BUCKET_DEFAULTS,
+    INDEX_NAMES,
+    SCORE_NAME,
+    Binary,
+    Call,
+    Compare,
+    Const,
+    Expr,
+    Kind,
+    Param,
+    Read,
+    Scope,
+    Unary,
+    Var,
+)
+
+MAX_LENGTH = 2_000
+MAX_DEPTH = 100
+MAX_LITERAL = 2**40
+
+_ARITHMETIC = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
+_LOGIC = {ast.BitAnd: "&", ast.BitOr: "|"}
+_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
+_REFUSED_BINOPS = {ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitXor: "^",
+                   ast.MatMult: "@"}
+_PREFIX_TOKENS = {"-", "+", "~", "not", "(", "[", "{"}
+
+# Why each refused Python construct is refused, by node type.
+_REFUSED_NODES: dict[type, str] = {
+    ast.Attribute: "attribute access is not allowed",
+    ast.Subscript: "subscripts are not allowed (read a port by calling it: name(b, q))",
+    ast.Lambda: "lambdas are not allowed",
+    ast.ListComp: "comprehensions are not allowed",
+    ast.SetComp: "comprehensions are not allowed",
+    ast.DictComp: "comprehensions are not allowed",
+    ast.GeneratorExp: "comprehensions are not allowed",
+    ast.JoinedStr: "f-strings are not allowed",
+    ast.FormattedValue: "f-strings are not allowed",
+    ast.NamedExpr: "assignment expressions (:=) are not allowed",
+    ast.Starred: "starred arguments are not allowed",
+    ast.IfExp: "conditional expressions are not allowed (use where(cond, a, b))",
+    ast.List: "lists are not allowed",
+    ast.Tuple: "tuples are not allowed",
+    ast.Set: "sets are not allowed",
+    ast.Dict: "dicts are not allowed",
+    ast.Slice: "slices are not allowed",
+    ast.Await: "await is not allowed",
+    ast.Yield: "yield is not allowed",
+    ast.YieldFrom: "yield is not allowed",
+}
+
+
+def parse(text: str, scope: Scope, path: str = "") -> Expr:
+    """Parse a mask or score expression in ``scope``; refuse anything else.
+
+    Raises ``TensorcadError(path, message)`` naming the offending text.
+    """
+    if not isinstance(text, str):
+        raise TensorcadError(path, f"an expression must be text, not {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise TensorcadError(path, f"expression is {len(text):,} characters long; "
+                                   f"the limit is {MAX_LENGTH:,}")
+    text = text.strip()
+    if not text:
+        raise TensorcadError(path, "expression is empty")
+    _check_nesting_before_parsing(text, path)
+    try:
+        tree = ast.parse(text, mode="eval")
+    except SyntaxError as e:
+        where = f" at column {e.offset}" if e.offset else ""
+        raise TensorcadError(path, f"not a valid expression{where}: {e.msg} in {text!r}") from None
+    except (RecursionError, MemoryError, ValueError) as e:
+        raise TensorcadError(path, f"expression could not be parsed ({type(e).__name__}): "
+                                   f"{_clip(text)!r}") from None
+    _check_depth(tree.body, text, path)
+    converter = _Converter(text, scope, path)
+    expr, kind = converter.convert(tree.body)
+    if scope.kind == "mask" and kind != "bool":
+        raise TensorcadError(path, f"a mask must be boolean, but {_clip(text)!r} is a number")
+    if scope.kind == "score" and kind == "bool":
+        raise TensorcadError(path, f"a score must be a number, but {_clip(text)!r} is boolean")
+    return expr
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _check_nesting_before_parsing(text: str, path: str) -> None:
+    """Bound bracket depth and runs of prefix operators with a flat token scan.
+
+    This keeps deeply nested text away from the recursive C parser. A scan
+    that stops on a tokenize error leaves the error for ``ast.parse`` to word.
+    """
+    depth = deepest = run = longest = 0
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER,
+                              tokenize.COMMENT):
+                continue
+            if token.string in ("(", "[", "{"):
+                depth += 1
+                deepest = max(deepest, depth)
+            elif token.string in (")", "]", "}"):
+                depth -= 1
+            run = run + 1 if token.string in _PREFIX_TOKENS else 0
+            longest = max(longest, run)
+            if deepest > MAX_DEPTH or longest > MAX_DEPTH:
+                break
+    except (tokenize.TokenError, SyntaxError):
+        pass
+    if deepest > MAX_DEPTH or longest > MAX_DEPTH:
+        raise TensorcadError(path, f"expression is nested deeper than {MAX_DEPTH}: "
+                                   f"{_clip(text, 60)!r}")
+
+
+def _check_depth(root: ast.AST, text: str, path: str) -> None:
+    """Refuse a parsed tree deeper than MAX_DEPTH (iteratively, no recursion)."""
+    stack = [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise TensorcadError(path, f"expression is nested deeper than {MAX_DEPTH}: "
+                                       f"{_clip(text, 60)!r}")
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+
+
+class _Converter:
+    """Python AST → expression AST, type-checking as it goes.
+
+    ``convert`` returns the node and its kind (``bool``, ``int``, ``float``).
+    """
+
+    def __init__(self, text: str, scope: Scope, path: str):
+        self.text = text
+        self.scope = scope
+        self.path = path
+        self.in_score = scope.kind == "score"
+
+    # -- errors ------------------------------------------------------------
+
+    def source(self, node: ast.AST) -> str:
+        return _clip(ast.get_source_segment(self.text, node) or self.text)
+
+    def refuse(self, message: str) -> TensorcadError:
+        return TensorcadError(self.path, message)
+
+    def allowed_names(self) -> str:
+        names = list(INDEX_NAMES) + ([SCORE_NAME] if self.in_score else [])
+        names += sorted(self.scope.params)
+        return ", ".join(names)
+
+    def allowed_calls(self) -> str:
+        functions = ["bucket", "abs", "min", "max", "where"] + (["tanh"] if self.in_score else [])
+        ports = sorted(self.scope.tensors) + (sorted(self.scope.tables) if self.in_score else [])
+        listed = "functions " + ", ".join(functions)
+        return listed + (("; ports " + ", ".join(ports)) if ports else "")
+
+    # -- type checks -------------------------------------------------------
+
+    def need_bool(self, node: ast.AST, kind: Kind, what: str, hint: str = "") -> None:
+        if kind != "bool":
+            raise self.refuse(f"{what} needs booleans, but {self.source(node)!r} is a number{hint}")
+
+    def need_number(self, node: ast.AST, kind: Kind, what: str) -> None:
+        if kind == "bool":
+            raise self.refuse(f"{what} needs numbers, but {self.source(node)!r} is boolean")
+
+    def need_int(self, node: ast.AST, kind: Kind, what: str) -> None:
+        if kind != "int":
+            raise self.refuse(f"{what} needs an integer, but {self.source(node)!r} is "
+                              f"{'boolean' if kind == 'bool' else 'a float'}")
+
+    # -- conversion --------------------------------------------------------
+
+    def convert(self, node: ast.AST) -> tuple[Expr, Kind]:
+        method = getattr(self, "convert_" + type(node).__name__, None)
+        if method is not None:
+            return method(node)
+        reason = _REFUSED_NODES.get(type(node), f"{type(node).__name__} is not allowed")
+        raise self.refuse(f"{reason}: {self.source(node)!r}")
+
+    def convert_Constant(self, node: ast.Constant) -> tuple[Expr, Kind]:
+        value = node.value
+        if isinstance(value, bool):
+            return Const(value), "bool"
+        if isinstance(value, int):
+            if abs(value) > MAX_LITERAL:
+                raise self.refuse(f"literal {self.source(node)!r} is too large "
+                                  f"(the limit is 2**40)")
+            return Const(value), "int"
+        if isinstance(value, float):
+            if not math.isfinite(value) or abs(value) > MAX_LITERAL:
+                raise self.refuse(f"literal {self.source(node)!r} is too large "
+                                  f"(the limit is 2**40)")
+            if not self.in_score:
+                raise self.refuse(f"float literal {self.source(node)!r} is only allowed in a "
+                                  "score; a mask is integers and booleans")
+            return Const(value), "float"
+        if isinstance(value, (str, bytes)):
+            raise self.refuse(f"strings are not allowed: {self.source(node)!r}")
+        raise self.refuse(f"only numbers and True/False are literals, not {self.source(node)!r}")
+
+    def convert_Name(self, node: ast.Name) -> tuple[Expr, Kind]:
+        name = node.id
+        if name.startswith("__"):
+            raise self.refuse(f"dunder names are not allowed: {name!r}")
+        if name in INDEX_NAMES:
+            return Var(name), "int"
+        if name == SCORE_NAME:
+            if not self.in_score:
+                raise self.refuse("'score' may only be used in a score, not in a mask")
+            return Var(name), "float"
+        if name in self.scope.params:
+            value = self.scope.params[name]
+            kind: Kind = ("bool" if isinstance(value, bool)
+                          else "int" if isinstance(value, int) else "float")
+            if kind == "float" and not self.in_score:
+                raise self.refuse(f"param {name!r} is a float ({value}); a mask is integers "
+                                  "and booleans")
+            return Param(name, value), kind
+        if name in self.scope.tensors:
+            raise self.refuse(f"port {name!r} is read by calling it: {name}(b, q) or {name}(b, kv)")
+        if name in self.scope.tables:
+            raise self.refuse(f"table {name!r} is read by calling it with "
+                              f"{self.scope.tables[name]} index expression(s)")
+        raise self.refuse(f"unknown name {name!r} in {self.text_clip()!r}; "
+                          f"allowed: {self.allowed_names()}")
+
+    def text_clip(self) -> str:
+        return _clip(self.text)
+
+    def convert_UnaryOp(self, node: ast.UnaryOp) -> tuple[Expr, Kind]:
+        if isinstance(node.op, ast.UAdd):
+            raise self.refuse(f"unary + is not allowed: {self.source(node)!r}")
+        operand, kind = self.convert(node.operand)
+        if isinstance(node.op, ast.USub):
+            self.need_number(node.operand, kind, "unary -")
+            if isinstance(operand, Const):
+                # Fold so that a negative literal prints and re-parses as itself.
+                return Const(-operand.value), kind
+            return Unary("-", operand), kind
+        what = "not" if isinstance(node.op, ast.Not) else "~"
+        self.need_bool(node.operand, kind, what,
+                       " (~ is logical here: it applies to comparisons, not integers)")
+        return Unary("~", operand), "bool"
+
+    def convert_BinOp(self, node: ast.BinOp) -> tuple[Expr, Kind]:
+        op_type = type(node.op)
+        if op_type is ast.Div:
+            raise self.refuse(f"'/' is not allowed (use '//' for integer division): "
+                              f"{self.source(node)!r}")
+        if op_type in _REFUSED_BINOPS:
+            raise self.refuse(f"operator {_REFUSED_BINOPS[op_type]!r} is not allowed: "
+                              f"{self.source(node)!r}")
+        left, left_kind = self.convert(node.left)
+        right, right_kind = self.convert(node.right)
+        if op_type in _LOGIC:
+            op = _LOGIC[op_type]
+            hint = (" (comparisons bind looser than & and | in Python: "
+                    "write (a >= b) & (c == d), or use 'and'/'or')")
+            self.need_bool(node.left, left_kind, op, hint)
+            self.need_bool(node.right, right_kind, op, hint)
+            return Binary(op, left, right), "bool"
+        op = _ARITHMETIC[op_type]
+        self.need_number(node.left, left_kind, op)
+        self.need_number(node.right, right_kind, op)
+        kind: Kind = "float" if "float" in (left_kind, right_kind) else "int"
+        return Binary(op, left, right), kind
+
+    def convert_BoolOp(self, node: ast.BoolOp) -> tuple[Expr, Kind]:
+        op = "&" if isinstance(node.op, ast.And) else "|"
+        word = "and" if op == "&" else "or"
+        result: Expr | None = None
+        for value in node.values:
+            expr, kind = self.convert(value)
+            self.need_bool(value, kind, word)
+            result = expr if result is None else Binary(op, result, expr)
+        assert result is not None
+        return result, "bool"
+
+    def convert_Compare(self, node: ast.Compare) -> tuple[Expr, Kind]:
+        operands = [node.left, *node.comparators]
+        converted = [self.convert(operand) for operand in operands]
+        result: Expr | None = None
+        for i, op_node in enumerate(node.ops):
+            op = _COMPARE.get(type(op_node))
+            if op is None:
+                raise self.refuse(f"only == != < <= > >= compare; not {self.source(node)!r}")
+            (left, left_kind), (right, right_kind) = converted[i], converted[i + 1]
+            if op in ("==", "!="):
+                if (left_kind == "bool") != (right_kind == "bool"):
+                    raise self.refuse(f"{op} compares a boolean with a number in "
+                                      f"{self.source(node)!r}")
+            else:
+                self.need_number(operands[i], left_kind, op)
+                self.need_number(operands[i + 1], right_kind, op)
+            comparison = Compare(op, left, right)
+            # a < b < c means (a < b) & (b < c), as in Python.
+            result = comparison if result is None else Binary("&", result, comparison)
+        assert result is not None
+        return result, "bool"
+
+    # -- calls -------------------------------------------------------------
+
+    def convert_Call(self, node: ast.Call) -> tuple[Expr, Kind]:
+        if not isinstance(node.func, ast.Name):
+            if type(node.func) in _REFUSED_NODES:
+                self.convert(node.func)  # refuses attribute access and the rest, by name
+            raise self.refuse(f"only named functions and ports can be called, not "
+                              f"{self.source(node)!r}")
+        name = node.func.id
+        if name.startswith("__"):
+            raise self.refuse(f"dunder names are not allowed: {self.source(node)!r}")
+        if node.keywords:
+            raise self.refuse(f"keyword arguments are not allowed: {self.source(node)!r}")
+        for arg in node.args:
+            if isinstance(arg, ast.Starred):
+                raise self.refuse(f"starred arguments are not allowed: {self.source(node)!r}")
+        if name in self.scope.tensors:
+            return self.tensor_read(node, name)
+        if name in self.scope.tables:
+            return self.table_read(node, name)
+        handler = getattr(self, "call_" + name, None)
+        if handler is None or (name == "tanh" and not self.in_score):
+            if name == "tanh":
+                raise self.refuse(f"tanh is only allowed in a score: {self.source(node)!r}")
+            if name in self.scope.params or name in INDEX_NAMES:
+                raise self.refuse(f"{name!r} is not a function: {self.source(node)!r}")
+            raise self.refuse(f"unknown function {name!r} in {self.source(node)!r}; "
+                              f"allowed: {self.allowed_calls()}")
+        return handler(node)
+
+    def tensor_read(self, node: ast.Call, port: str) -> tuple[Expr, Kind]:
+        args = node.args
+        names = [a.id if isinstance(a, ast.Name) else None for a in args]
+        if len(args) != 2 or names[0] != "b" or names[1] not in ("q", "kv"):
+            raise self.refuse(f"a tensor is read at a row and a position only: "
+                              f"{port}(b, q) or {port}(b, kv), not {self.source(node)!r}")
+        return Read(port, (Var("b"), Var(names[1]))), "int"
+
+    def table_read(self, node: ast.Call, port: str) -> tuple[Expr, Kind]:
+        if not self.in_score:
+            raise self.refuse("a mask may only read tensors the engine can make up "
+                              f"(documents, positions); {port!r} is a learned table")
+        ndim = self.scope.tables[port]
+        if len(node.args) != ndim:
+            raise self.refuse(f"table {port!r} has {ndim} dimension(s), so it takes {ndim} "
+                              f"index expression(s): {self.source(node)!r}")
+        index = []
+        for arg in node.args:
+            expr, kind = self.convert(arg)
+            self.need_int(arg, kind, f"an index into {port!r}")
+            index.append(expr)
+        return Read(port, tuple(index), table=True), "float"
+
+    def arity(self, node: ast.Call, low: int, high: int | None = None) -> None:
+        n = len(node.args)
+        high = low if high is None else high
+        if n < low or (high >= 0 and n > high):
+            wanted = (f"{low}" if low == high else f"{low} or more" if high < 0
+                      else f"{low} to {high}")
+            raise self.refuse(f"{node.func.id} takes {wanted} argument(s): "  # type: ignore[attr-defined]
+                              f"{self.source(node)!r}")
+
+    def call_bucket(self, node: ast.Call) -> tuple[Expr, Kind]:
+        self.arity(node, 1, 3)
+        x, kind = self.convert(node.args[0])
+        self.need_int(node.args[0], kind, "bucket")
+        settings = list(BUCKET_DEFAULTS)
+        for i, arg in enumerate(node.args[1:]):
+            if not (isinstance(arg, ast.Constant) and type(arg.value) is int):
+                raise self.refuse(f"bucket's num_buckets and max_distance must be integer "
+                                  f"literals: {self.source(arg)!r} in {self.source(node)!r}")
+            settings[i] = arg.value
+        num_buckets, max_distance = settings
+        if not 2 <= num_buckets <= 2**20 or not num_buckets // 2 < max_distance <= 2**40:
+            raise self.refuse(f"bucket needs 2 <= num_buckets <= 2**20 and num_buckets // 2 < "
+                              f"max_distance <= 2**40: {self.source(node)!r}")
+        return Call("bucket", (x, Const(num_buckets), Const(max_distance))), "int"
+
+    def call_tanh(self, node: ast.Call) -> tuple[Expr, Kind]:
+        self.arity(node, 1)
+        x, kind = self.convert(node.args[0])
+        self.need_number(node.args[0], kind, "tanh")
+        return Call("tanh", (x,)), "float"
+
+    def call_abs(self, node: ast.Call) -> tuple[Expr, Kind]:
+        self.arity(node, 1)
+        x, kind = self.convert(node.args[0])
+        self.need_number(node.args[0], kind, "abs")
+        return Call("abs", (x,)), kind
+
+    def _min_max(self, node: ast.Call, fn: str) -> tuple[Expr, Kind]:
+        self.arity(node, 2, -1)
+        result, kind = self.convert(node.args[0])
+        self.need_number(node.args[0], kind, fn)
+        for arg in node.args[1:]:
+            expr, arg_kind = self.convert(arg)
+            self.need_number(arg, arg_kind, fn)
+            result = Call(fn, (result, expr))
+            kind = "float" if "float" in (kind, arg_kind) else "int"
+        return result, kind
+
+    def call_min(self, node: ast.Call) -> tuple[Expr, Kind]:
+        return self._min_max(node, "min")
+
+    def call_max(self, node: ast.Call) -> tuple[Expr, Kind]:
+        return self._min_max(node, "max")
+
+    def call_where(self, node: ast.Call) -> tuple[Expr, Kind]:
+        self.arity(node, 3)
+        cond, cond_kind = self.convert(node.args[0])
+        self.need_bool(node.args[0], cond_kind, "where's condition")
+        a, a_kind = self.convert(node.args[1])
+        b, b_kind = self.convert(node.args[2])
+        if (a_kind == "bool") != (b_kind == "bool"):
+            raise self.refuse(f"where's branches must both be booleans or both numbers: "
+                              f"{self.source(node)!r}")
+        kind: Kind = ("bool" if a_kind == "bool"
+                      else "float" if "float" in (a_kind, b_kind) else "int")
+        return Call("where", (cond, a, b)), kind
