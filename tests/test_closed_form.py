@@ -1,4 +1,4 @@
-"""Every closed form held against something that counts: dense enumeration or a brute-force stream."""
+"""Every closed form held against something that counts: every point, or a brute-force stream."""
 
 from __future__ import annotations
 
@@ -40,7 +40,9 @@ def dense_blocks(keep: np.ndarray, block: int) -> tuple[int, int]:
     return int(keep.sum()), int(tiles.sum()) * block * block
 
 
-def stream_keys(seq: int, mean: float, spread: float, documents: int, rows: int, seed: int) -> float:
+def stream_keys(
+    seq: int, mean: float, spread: float, documents: int, rows: int, seed: int
+) -> float:
     """Keys a query keeps in rows cut at uniform offsets from i.i.d. gamma documents.
 
     Lengths are drawn with numpy's gamma (not the sampler's quantiles) and
@@ -162,7 +164,9 @@ def test_phase_averaged_stream_table_at_8k(length, ratio):
     assert round(float((computed * 128 * 128 / kept).mean()), 2) == ratio
 
 
-@pytest.mark.parametrize(("seq", "length", "block"), [(64, 16, 8), (64, 24, 16), (96, 7, 8), (48, 100, 16)])
+@pytest.mark.parametrize(
+    ("seq", "length", "block"), [(64, 16, 8), (64, 24, 16), (96, 7, 8), (48, 100, 16)]
+)
 def test_phase_blocks_count_every_point(seq, length, block):
     kept, computed = cf.fixed_phase_block_counts(seq, length, block)
     for phase in range(length):
@@ -191,7 +195,10 @@ def test_causal_blocks(seq):
         assert cf.causal_blocks(seq, 128) == dense_blocks(dense_mask(np.zeros(seq, int)), 128)
 
 
-@pytest.mark.parametrize(("seq", "w", "block"), [(64, 1, 8), (64, 2, 8), (64, 9, 8), (64, 10, 8), (96, 33, 16), (64, 64, 16)])
+@pytest.mark.parametrize(
+    ("seq", "w", "block"),
+    [(64, 1, 8), (64, 2, 8), (64, 9, 8), (64, 10, 8), (96, 33, 16), (64, 64, 16)],
+)
 @pytest.mark.parametrize("causal", [True, False])
 def test_window_blocks_count_every_point(seq, w, block, causal):
     keep = dense_mask(np.zeros(seq, dtype=np.int64), window=w, causal=causal)
