@@ -1,0 +1,112 @@
+"""The operating point: the conditions a design is costed under.
+
+Sequence length, dtypes, hardware, cluster, price, token budget, and packing
+(a condition of training only: serving is one document a sequence).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import TensorcadError
+from ..packing import Packing
+
+MAX_SEQ = 1 << 24
+
+# Dense (no structured sparsity) peak FLOP/s per dtype and memory bandwidth per GPU.
+# Sources: NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); NVIDIA H100 Tensor Core
+# GPU datasheet (SXM5); NVIDIA H200 Tensor Core GPU datasheet (SXM); NVIDIA HGX B200
+# datasheet (per GPU). The datasheets print sparse Tensor Core figures with "*";
+# the dense figure is half of it.
+HARDWARE: dict[str, dict] = {
+    "A100": {"peak": {"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12}, "bandwidth": 2.039e12},
+    "H100": {"peak": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12},
+             "bandwidth": 3.35e12},
+    "H200": {"peak": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12},
+             "bandwidth": 4.8e12},
+    "B200": {"peak": {"fp32": 75e12, "tf32": 1.1e15, "bf16": 2.25e15, "fp16": 2.25e15, "fp8": 4.5e15, "fp4": 9e15},
+             "bandwidth": 8e12},
+}
+
+BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
+
+DEFAULTS = {
+    "hardware": "H100",
+    "gpus": 1024,
+    "mfu": 0.4,
+    "price": 2.5,  # USD per GPU-hour
+    "train_dtype": "bf16",
+    "serve_dtype": "bf16",
+    "tokens_per_param": 20,  # Chinchilla (Hoffmann et al. 2022)
+}
+
+
+def _number(value: object, path: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise TensorcadError(path, f"{value!r} is not a finite number")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class OperatingPoint:
+    seq: int = 8192
+    packing: Packing | None = None
+    hardware: str = DEFAULTS["hardware"]
+    gpus: int = DEFAULTS["gpus"]
+    mfu: float = DEFAULTS["mfu"]
+    price_per_gpu_hour: float = DEFAULTS["price"]
+    tokens: float | None = None  # None: Chinchilla's 20 per parameter
+    train_dtype: str = DEFAULTS["train_dtype"]
+    serve_dtype: str = DEFAULTS["serve_dtype"]
+    seed: int = 0
+    block: int = 128
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seq, bool) or not isinstance(self.seq, int):
+            raise TensorcadError("seq", f"{self.seq!r} is not an integer")
+        if not 1 <= self.seq <= MAX_SEQ:
+            raise TensorcadError("seq", f"{self.seq} is outside 1..{MAX_SEQ:,} (2^24)")
+        if self.packing is not None and not isinstance(self.packing, Packing):
+            raise TensorcadError("packing", "expected Packing(mean, spread) or None")
+        if self.hardware not in HARDWARE:
+            raise TensorcadError("hardware", f"unknown hardware {self.hardware!r} ({', '.join(HARDWARE)})")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or not 1 <= self.gpus <= 1_000_000:
+            raise TensorcadError("gpus", f"{self.gpus!r} is not an integer in 1..1,000,000")
+        mfu = _number(self.mfu, "mfu")
+        if not 0 < mfu <= 1:
+            raise TensorcadError("mfu", f"{mfu} is outside (0, 1]")
+        price = _number(self.price_per_gpu_hour, "pricePerGpuHour")
+        if not 0 <= price <= 1e6:
+            raise TensorcadError("pricePerGpuHour", f"{price} is outside 0..1,000,000")
+        if self.tokens is not None:
+            tokens = _number(self.tokens, "tokens")
+            if not 1 <= tokens <= 1e18:
+                raise TensorcadError("tokens", f"{tokens:g} is outside 1..1e18")
+        for name, dtype in (("trainDtype", self.train_dtype), ("serveDtype", self.serve_dtype)):
+            if dtype not in BYTES:
+                raise TensorcadError(name, f"unknown dtype {dtype!r} ({', '.join(BYTES)})")
+        if self.train_dtype not in HARDWARE[self.hardware]["peak"]:
+            raise TensorcadError(
+                "trainDtype", f"{self.hardware} has no {self.train_dtype} peak ({', '.join(HARDWARE[self.hardware]['peak'])})"
+            )
+        if isinstance(self.block, bool) or not isinstance(self.block, int) or not 1 <= self.block <= 4096:
+            raise TensorcadError("block", f"{self.block!r} is not an integer in 1..4096")
+
+    @property
+    def peak(self) -> float:
+        return HARDWARE[self.hardware]["peak"][self.train_dtype]
+
+    def to_json(self) -> dict:
+        out = {
+            "seq": self.seq,
+            "trainDtype": self.train_dtype,
+            "serveDtype": self.serve_dtype,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "mfu": self.mfu,
+            "pricePerGpuHour": self.price_per_gpu_hour,
+            "tokens": self.tokens,
+            "packing": None if self.packing is None else {"mean": self.packing.mean, "spread": self.packing.spread},
+        }
+        return out

@@ -1,0 +1,63 @@
+"""Counting a design's parameters from its resolved tree.
+
+`total` counts every learned number once (a tied head reuses its embedding's
+table); `embedding` the lookup tables; `matmul` every weight a token is
+multiplied by, the LM head included even when tied, since the head's matmul
+runs whether or not its table is shared (Kaplan et al. 2020, section 2.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import prod
+
+from ..design.model import Design, Node
+
+
+@dataclass(frozen=True)
+class ParamCount:
+    total: int
+    embedding: int
+    matmul: int
+
+    def to_json(self) -> dict[str, int]:
+        return {"total": self.total, "embedding": self.embedding, "matmul": self.matmul}
+
+
+def leaf_params(node: Node) -> tuple[int, int, int]:
+    """(total, embedding, matmul) of one leaf node, run once."""
+    p, d_in, d = node.params, node.dim_in, node.dim
+    if node.kind == "embedding":
+        n = p["vocab"] * p["dim"]
+        return n, n, 0
+    if node.kind == "pos_embedding":
+        n = p["context"] * d
+        return n, n, 0
+    if node.kind == "linear":
+        weights = d_in * d
+        bias = d if p["bias"] else 0
+        return (0 if p.get("tie") else weights) + bias, 0, weights
+    if node.kind == "rmsnorm":
+        return d, 0, 0
+    if node.kind == "layernorm":
+        return 2 * d, 0, 0
+    if node.kind == "mlp":
+        matrices = 3 if p["activation"] == "swiglu" else 2
+        weights = matrices * d * p["hidden"]
+        bias = ((matrices - 1) * p["hidden"] + d) if p["bias"] else 0
+        return weights + bias, 0, weights
+    if node.kind == "table":
+        return prod(p["shape"]), 0, 0
+    return 0, 0, 0  # rope, sdpa and composites hold nothing of their own
+
+
+def count_params(design: Design) -> ParamCount:
+    total = embedding = matmul = 0
+    for node, times in design.walk():
+        if node.children:
+            continue
+        t, e, m = leaf_params(node)
+        total += t * times
+        embedding += e * times
+        matmul += m * times
+    return ParamCount(total, embedding, matmul)

@@ -1,0 +1,181 @@
+"""`tensorcad.analyze`: params, FLOPs per token, training and serving, as one report.
+
+The report's JSON names are a public contract (the CLI's --json, MCP tools,
+the editor and the goldens all print them), in the proposal's camelCase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..design import load
+from ..design.expr import reads
+from ..design.model import Attention, Design
+from ..packing import Packing
+from .attention import keys_per_query
+from .blocks import block_counts
+from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
+from .operating_point import BYTES, OperatingPoint
+from .params import ParamCount, count_params
+from .serving import PerStream, per_stream
+
+
+@dataclass(frozen=True)
+class Flops:
+    fwd_per_token: float
+    train_per_token: float
+    fwd_attention: float
+    keys_per_query: float
+    attention_share: float
+    fwd_attention_blocks: float
+    block_ratio: float
+
+    def to_json(self) -> dict:
+        return {
+            "fwdPerToken": self.fwd_per_token,
+            "trainPerToken": self.train_per_token,
+            "fwdAttention": self.fwd_attention,
+            "keysPerQuery": self.keys_per_query,
+            "attentionShare": self.attention_share,
+            "fwdAttentionBlocks": self.fwd_attention_blocks,
+            "blockRatio": self.block_ratio,
+        }
+
+
+@dataclass(frozen=True)
+class Report:
+    design: str
+    operating_point: OperatingPoint
+    params: ParamCount
+    flops: Flops
+    packed: Flops | None  # training on packed rows; only when a mask reads documents
+    training_tokens: float
+    training_seconds: float
+    gpu_hours: float
+    cost: float
+    serving_fwd_per_token: float
+    per_stream: PerStream | None
+
+    @property
+    def training_flops(self) -> Flops:
+        return self.packed if self.packed is not None else self.flops
+
+    def to_json(self) -> dict:
+        flops = self.flops.to_json()
+        if self.packed is not None:
+            flops["packed"] = self.packed.to_json()
+        serving = {"fwdPerToken": self.serving_fwd_per_token}
+        if self.per_stream is not None:
+            serving["perStream"] = self.per_stream.to_json()
+        return {
+            "design": self.design,
+            "operatingPoint": self.operating_point.to_json(),
+            "params": self.params.to_json(),
+            "flops": flops,
+            "training": {
+                "tokens": self.training_tokens,
+                "seconds": self.training_seconds,
+                "gpuHours": self.gpu_hours,
+                "cost": self.cost,
+            },
+            "serving": serving,
+        }
+
+
+def reads_documents(attention: Attention) -> bool:
+    """Whether what the attention keeps depends on a documents input."""
+    if attention.keep is None:
+        return False
+    read = reads(attention.keep)
+    return any(w.role == "documents" for p, w in attention.tensors.items() if p in read)
+
+
+def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op: OperatingPoint) -> Flops:
+    attention = blocks = width = 0.0
+    for a, layers in design.attentions():
+        pack = packing if packing is not None and reads_documents(a) else None
+        keys = keys_per_query(a, seq, pack, seed=op.seed).mean
+        computed = block_counts(a, seq, pack, seed=op.seed, block=op.block).computed / seq
+        attention += layers * attention_flops(keys, a.head_dim, a.heads)
+        blocks += layers * attention_flops(computed, a.head_dim, a.heads)
+        width += layers * attention_flops(1.0, a.head_dim, a.heads)
+    forward = matmul + attention
+    return Flops(
+        fwd_per_token=forward,
+        train_per_token=train_flops(forward),
+        fwd_attention=attention,
+        keys_per_query=attention / width if width else 0.0,
+        attention_share=attention / forward if forward else 0.0,
+        fwd_attention_blocks=blocks,
+        block_ratio=blocks / attention if attention else 1.0,
+    )
+
+
+def analyze(design: Design | str | dict, op: OperatingPoint | None = None) -> Report:
+    design = load(design)
+    op = op if op is not None else OperatingPoint(seq=design.context)
+    params = count_params(design)
+    matmul = matmul_flops(params.matmul)
+    flops = _flops(design, matmul, op.seq, None, op)
+    packed = None
+    if op.packing is not None and any(reads_documents(a) for a, _ in design.attentions()):
+        packed = _flops(design, matmul, op.seq, op.packing, op)
+    train = packed if packed is not None else flops
+    tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
+    time = training_time(tokens, train.train_per_token, op.gpus, op.peak, op.mfu, op.price_per_gpu_hour)
+    return Report(
+        design=design.name,
+        operating_point=op,
+        params=params,
+        flops=flops,
+        packed=packed,
+        training_tokens=tokens,
+        training_seconds=time.seconds,
+        gpu_hours=time.gpu_hours,
+        cost=time.cost,
+        serving_fwd_per_token=flops.fwd_per_token,
+        per_stream=per_stream(design, op.seq, matmul, BYTES[op.serve_dtype]),
+    )
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:,.3f} {unit}"
+    return f"{x:,.3f} "
+
+
+def render(report: Report):
+    """A readable table of the report (rich)."""
+    from rich.table import Table
+
+    op = report.operating_point
+    pack = f", packed {op.packing.mean:g}-token documents (spread {op.packing.spread:g})" if op.packing else ""
+    t = Table(title=f"{report.design} at {op.seq:,} tokens{pack}", box=None, show_header=False, pad_edge=False)
+    t.add_column(style="bold")
+    t.add_column(justify="right")
+    t.add_column()
+    p = report.params
+    t.add_row("params", f"{p.total:,}", f"embedding {p.embedding:,}, matmul {p.matmul:,}")
+    f = report.flops
+    t.add_row("forward / token", f"{_si(f.fwd_per_token)}FLOP", "one document a row")
+    t.add_row("  attention", f"{_si(f.fwd_attention)}FLOP",
+              f"{f.keys_per_query:,.1f} keys a query, {f.attention_share:.1%} of the forward pass")
+    t.add_row("  in whole blocks", f"{_si(f.fwd_attention_blocks)}FLOP", f"{f.block_ratio:.2f}x the kept scores")
+    t.add_row("train / token", f"{_si(f.train_per_token)}FLOP", "3 x forward")
+    if report.packed is not None:
+        k = report.packed
+        t.add_row("packed train / token", f"{_si(k.train_per_token)}FLOP", "the training figure: cost counts from it")
+        t.add_row("  packed attention", f"{_si(k.fwd_attention)}FLOP",
+                  f"{k.keys_per_query:,.1f} keys a query, {k.attention_share:.1%} of the forward pass")
+        t.add_row("  in whole blocks", f"{_si(k.fwd_attention_blocks)}FLOP", f"{k.block_ratio:.2f}x the kept scores")
+    t.add_row("training tokens", f"{report.training_tokens:,.4g}", "")
+    t.add_row("training time", f"{report.training_seconds / 86400:,.2f} days",
+              f"{op.gpus:,} x {op.hardware} {op.train_dtype} at {op.mfu:.0%} MFU")
+    t.add_row("GPU-hours", f"{report.gpu_hours:,.0f}", f"${report.cost:,.0f} at ${op.price_per_gpu_hour:g}/GPU-hour")
+    t.add_row("serving / token", f"{_si(report.serving_fwd_per_token)}FLOP", "one document a sequence")
+    if report.per_stream is not None:
+        s = report.per_stream
+        t.add_row("  KV cache / stream", f"{s.kv_cache_bytes / 2**30:,.3f} GiB", f"{op.serve_dtype} at full context")
+        t.add_row("  decode / token", f"{_si(s.decode_flops_per_token)}FLOP", "at full context")
+    return t

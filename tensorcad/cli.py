@@ -1,0 +1,284 @@
+"""`tensorcad …`: the command line over the engine.
+
+Bad input prints one line on stderr and exits 2, never a traceback; a check
+that fails exits 1. Every command takes --help; figures take --json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .errors import TensorcadError
+
+EXIT_FAILED = 1
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise TensorcadError("", f"{self.prog}: {message} (see --help)")
+
+
+def _emit(data: Any, args: argparse.Namespace) -> None:
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    if getattr(args, "out", None):
+        Path(args.out).write_text(text)
+    if getattr(args, "json", False) or not getattr(args, "out", None):
+        sys.stdout.write(text)
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+# -- commands --------------------------------------------------------------------
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from .analysis.params import count_params
+    from .design import load, preset_names
+
+    rows = []
+    for name in preset_names():
+        design = load(name)
+        rows.append({"name": name, "params": count_params(design).total, "context": design.context,
+                     "description": design.source.get("description", "")})
+    if args.json:
+        _emit(rows, args)
+        return 0
+    from rich.table import Table
+
+    table = Table("preset", "params", "context", "description", box=None)
+    for r in rows:
+        table.add_row(r["name"], f"{r['params']:,}", f"{r['context']:,}", r["description"])
+    _console().print(table)
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from .design.catalog import KINDS, catalog_markdown, catalog_text
+
+    if args.kind is not None and args.kind not in KINDS:
+        raise TensorcadError("kind", f"unknown kind {args.kind!r} (kinds: {', '.join(KINDS)})")
+    sys.stdout.write(catalog_markdown() if args.markdown else catalog_text(args.kind))
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from .design import load, show
+
+    sys.stdout.write(show(load(args.design)))
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .design import load
+
+    for file in args.files:
+        try:
+            design = load(file)
+        except TensorcadError as e:
+            # Name the file too: a validate run may cover many.
+            if str(e).startswith(str(file)):
+                raise
+            raise TensorcadError(f"{file}: {e.path}" if e.path else str(file), e.message) from None
+        print(f"{file}: ok ({design.name}, {len(design.nodes)} nodes)")
+    return 0
+
+
+def add_operating_point(p: argparse.ArgumentParser) -> None:
+    from .analysis.operating_point import DEFAULTS, HARDWARE
+
+    g = p.add_argument_group("operating point")
+    g.add_argument("--seq", type=int, help="tokens a sequence (default: the design's context)")
+    g.add_argument("--pack", type=float, metavar="MEAN",
+                   help="train on packed rows of documents of this mean length (default: off, one document a row)")
+    g.add_argument("--pack-spread", type=float, metavar="C",
+                   help="coefficient of variation of document lengths: 0 fixed, 1 exponential (default 1 with --pack)")
+    g.add_argument("--hardware", default=DEFAULTS["hardware"], choices=sorted(HARDWARE),
+                   help=f"accelerator (default {DEFAULTS['hardware']})")
+    g.add_argument("--gpus", type=int, default=DEFAULTS["gpus"], help=f"accelerators (default {DEFAULTS['gpus']:,})")
+    g.add_argument("--mfu", type=float, default=DEFAULTS["mfu"], help=f"model FLOP utilisation (default {DEFAULTS['mfu']})")
+    g.add_argument("--price", type=float, default=DEFAULTS["price"], metavar="USD",
+                   help=f"price per accelerator-hour (default {DEFAULTS['price']})")
+    g.add_argument("--tokens", type=float, help="training tokens (default: Chinchilla's 20 per parameter)")
+    g.add_argument("--train-dtype", default=DEFAULTS["train_dtype"], help=f"training dtype (default {DEFAULTS['train_dtype']})")
+    g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
+
+
+def operating_point(args: argparse.Namespace, design) -> Any:
+    from .analysis.operating_point import OperatingPoint
+    from .packing import Packing
+
+    if args.pack_spread is not None and args.pack is None:
+        raise TensorcadError("--pack-spread", "needs --pack MEAN")
+    packing = None
+    if args.pack is not None:
+        packing = Packing(args.pack, 1.0 if args.pack_spread is None else args.pack_spread)
+    return OperatingPoint(
+        seq=args.seq if args.seq is not None else design.context,
+        packing=packing, hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
+        price_per_gpu_hour=args.price, tokens=args.tokens,
+        train_dtype=args.train_dtype, serve_dtype=args.serve_dtype,
+    )
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .analysis.report import analyze, render
+    from .design import load
+
+    design = load(args.design)
+    report = analyze(design, operating_point(args, design))
+    if args.json or args.out:
+        _emit(report.to_json(), args)
+    else:
+        _console().print(render(report))
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from .design import load
+    from .rules import check, render
+
+    design = load(args.design)
+    diagnostics = check(design, operating_point(args, design))
+    if args.json:
+        _emit([d.to_json() for d in diagnostics], args)
+    else:
+        _console().print(render(diagnostics))
+    return EXIT_FAILED if any(d.severity == "error" for d in diagnostics) else 0
+
+
+def cmd_codegen(args: argparse.Namespace) -> int:
+    from .codegen import generate
+    from .design import load
+
+    design = load(args.design)
+    if args.scale is not None:
+        from .runtime.scale import scale
+
+        design = scale(design, params=args.scale)
+    source = generate(design)
+    if args.output:
+        Path(args.output).write_text(source)
+    else:
+        sys.stdout.write(source)
+    return 0
+
+
+def _runtime_command(name: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        from . import runtime_cli
+
+        return getattr(runtime_cli, name)(args)
+
+    return run
+
+
+# -- the parser ------------------------------------------------------------------
+
+
+def parser() -> argparse.ArgumentParser:
+    top = _Parser(
+        prog="tensorcad",
+        description="Read a transformer design, tell what it costs to train and serve, lint it, "
+        "generate its PyTorch code and prove that code right.",
+        epilog="DESIGN is a preset name (see `tensorcad presets`) or a .json/.yaml file.",
+    )
+    from . import __version__
+
+    top.add_argument("--version", action="version", version=f"tensorcad {__version__}")
+    sub = top.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    def command(name: str, help: str, fn: Callable, **kw) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, **kw)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = command("presets", "List the shipped designs with their parameter counts.", cmd_presets)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = command("catalog", "Describe every kind, or one: ports, params, defaults, what it counts.", cmd_catalog)
+    p.add_argument("kind", nargs="?", help="one kind")
+    p.add_argument("--markdown", action="store_true", help="print docs/catalog.md")
+    p = command("show", "Print the resolved design: composites expanded, ports handed down, masks parsed.", cmd_show)
+    p.add_argument("design")
+    p = command("validate", "Check design files; print one line per problem and exit 2 on the first.", cmd_validate)
+    p.add_argument("files", nargs="+", metavar="FILE")
+
+    p = command("analyze", "Params, FLOPs per token, attention, training time and cost, serving.", cmd_analyze)
+    p.add_argument("design")
+    add_operating_point(p)
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--out", metavar="FILE", help="write the JSON report to FILE")
+
+    p = command("rules", "Lint a design at an operating point; exit 1 on an error.", cmd_rules)
+    p.add_argument("design")
+    add_operating_point(p)
+    p.add_argument("--json", action="store_true", help="print diagnostics as JSON")
+
+    p = command("codegen", "Write the design's PyTorch module (needs only torch).", cmd_codegen)
+    p.add_argument("design")
+    p.add_argument("--scale", type=int, metavar="PARAMS", help="shrink to about PARAMS parameters first")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+
+    p = command("verify", "Build the scaled model and prove it: forward, FLOPs, export, isolation, blocks.",
+                _runtime_command("verify"))
+    p.add_argument("design")
+    p.add_argument("--seq", type=int, default=512, help="tokens a row (default 512)")
+    p.add_argument("--pack", type=float, metavar="MEAN", help="mean document length (default: a quarter of the row)")
+    p.add_argument("--pack-spread", type=float, metavar="C", help="document length spread (default 1)")
+    p.add_argument("--params", type=int, default=2_000_000, help="scale to about this many parameters (default 2,000,000)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
+
+    p = command("certify", "Run the harness's checks on designs without pytest; exit 1 on a failure.",
+                _runtime_command("certify"))
+    p.add_argument("designs", nargs="+", metavar="DESIGN")
+    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--json", action="store_true")
+
+    p = command("smoke-train", "Train the scaled model a few hundred steps and report a falling loss.",
+                _runtime_command("smoke_train"))
+    p.add_argument("design")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--params", type=int, default=2_000_000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+
+    p = command("trace", "Print each op of a forward pass with its shapes and FLOPs beside the analysis.",
+                _runtime_command("trace"))
+    p.add_argument("design")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--params", type=int, default=2_000_000)
+    p.add_argument("--json", action="store_true")
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    top = parser()
+    try:
+        args = top.parse_args(argv)
+        if not getattr(args, "fn", None):
+            top.print_help()
+            return EXIT_BAD_INPUT
+        return args.fn(args)
+    except TensorcadError as e:
+        sys.stderr.write(f"tensorcad: {e}\n")
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        sys.stderr.write("tensorcad: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,188 @@
+"""The catalog of kinds: ports, params with defaults and prose, and how each counts.
+
+This table is the single source of `tensorcad catalog` and `docs/catalog.md`.
+"""
+
+from __future__ import annotations
+
+from .schema import MAX_REPEAT, MAX_VOCAB, MAX_WIDTH, Kind, Param, Port
+
+ROLES = ("tokens", "documents", "positions")
+
+_X = Port("x", "the stream of hidden states (B, T, dim) it transforms")
+_POS = Port(
+    "pos",
+    "positions (B, T), restarting per document; without it, the index 0..T-1",
+    required=False,
+    role="positions",
+)
+
+_ATTENTION_PARAMS = (
+    Param("heads", "int", "query heads", low=1, high=4096),
+    Param("kv_heads", "int", "key/value heads (grouped-query attention); divides heads; default heads", None, 1, 4096),
+    Param("head_dim", "int", "width of one head; default dim / heads", None, 1, 4096),
+    Param("causal", "bool", "keep only keys at or before the query (q >= kv)", True),
+    Param("window", "int", "keep the W keys nearest the query, itself included (q - kv < W)", None, 1, 1 << 24, nullable=True),
+    Param("mask", "expr", "boolean expression of b, h, q, kv and port reads such as doc(b, q) == doc(b, kv); ANDed with causal and window", None, nullable=True),
+    Param("score", "expr", "numeric expression rewriting each score, e.g. score + bias(bucket(kv - q), h)", None, nullable=True),
+)
+
+_GQA_PARAMS = _ATTENTION_PARAMS + (
+    Param("rope", "object", "rotary positions {theta}; null for none", None, nullable=True),
+    Param("bias", "bool", "biases on the q, k, v and output projections", False),
+)
+
+_MLP_PARAMS = (
+    Param("hidden", "int", "inner width", low=1, high=MAX_WIDTH),
+    Param("activation", "enum", "swiglu (three matrices) or gelu / relu (two)", "swiglu", choices=("swiglu", "gelu", "relu")),
+    Param("bias", "bool", "biases on the projections", False),
+)
+
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind(
+            "embedding",
+            "Looks up a learned vector for each token id.",
+            (Port("x", "token ids (B, T)", role="tokens"),),
+            (
+                Param("vocab", "int", "number of token ids", low=1, high=MAX_VOCAB),
+                Param("dim", "int", "width of each vector", low=1, high=MAX_WIDTH),
+            ),
+            counts="vocab x dim params (embedding); no FLOPs: a lookup multiplies nothing",
+        ),
+        Kind(
+            "pos_embedding",
+            "Adds a learned vector for each position; reads positions when `pos` is wired.",
+            (_X, Port("pos", "positions (B, T); without it, the index 0..T-1", required=False, role="positions")),
+            (Param("context", "int", "number of positions in the table", low=1, high=1 << 24),),
+            counts="context x dim params (embedding); no FLOPs",
+        ),
+        Kind(
+            "linear",
+            "A learned projection to `out` features.",
+            (_X,),
+            (
+                Param("out", "int", "output width", low=1, high=MAX_VOCAB),
+                Param("bias", "bool", "add a learned bias", False),
+                Param("tie", "ref", "id of an embedding whose table this projection reuses", None, nullable=True),
+            ),
+            counts="in x out matmul params (counted once when tied); 2 FLOPs per param per token",
+        ),
+        Kind("rmsnorm", "Root-mean-square normalisation with a learned scale.", (_X,),
+             (Param("eps", "float", "added to the mean square", 1e-5, 0, 1),),
+             counts="dim params; FLOPs not counted"),
+        Kind("layernorm", "Layer normalisation with a learned scale and bias.", (_X,),
+             (Param("eps", "float", "added to the variance", 1e-5, 0, 1),),
+             counts="2 x dim params; FLOPs not counted"),
+        Kind("mlp", "The feed-forward network of a block.", (_X,), _MLP_PARAMS,
+             counts="2 or 3 (swiglu) x dim x hidden matmul params"),
+        Kind(
+            "rope",
+            "Rotates pairs of features of each head by an angle proportional to position.",
+            (_X, _POS),
+            (
+                Param("theta", "float", "base of the rotation frequencies", 10000.0, 1, 1e12),
+                Param("head_dim", "int", "width of one head", low=2, high=4096),
+            ),
+            counts="no params; FLOPs not counted",
+        ),
+        Kind(
+            "sdpa",
+            "Scaled dot-product attention over heads, with a mask and a score expression.",
+            (Port("q", "queries (B, T, heads x head_dim)"), Port("k", "keys (B, T, kv_heads x head_dim)"),
+             Port("v", "values (B, T, kv_heads x head_dim)")),
+            _ATTENTION_PARAMS,
+            extra_ports=True,
+            extra_doc="any other port is a tensor its mask reads at (b, q) / (b, kv), or a table its score reads",
+            counts="no params; 4 x keysPerQuery x head_dim x heads FLOPs per token",
+        ),
+        Kind(
+            "gqa_attention",
+            "Grouped-query attention: q, k, v projections, rotary positions, sdpa, output projection.",
+            (_X, _POS),
+            _GQA_PARAMS,
+            extra_ports=True,
+            extra_doc="any other port is handed to its sdpa (documents for a mask, tables for a score)",
+            counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa",
+        ),
+        Kind(
+            "transformer_block",
+            "A pre-norm residual block: x + attention(norm(x)), then + mlp(norm(x)).",
+            (_X,),
+            (
+                Param("dim", "int", "width of the residual stream; default the input's", None, 1, MAX_WIDTH),
+                Param("norm", "enum", "the normalisation before each half", "rmsnorm", choices=("rmsnorm", "layernorm")),
+                Param("eps", "float", "the norms' epsilon", 1e-5, 0, 1),
+                Param("attention", "object", "a gqa_attention's params"),
+                Param("mlp", "object", "an mlp's params"),
+            ),
+            extra_ports=True,
+            extra_doc="any other port (doc, pos, a table) is handed down to its attention by name",
+            counts="its attention's and mlp's, plus two norms",
+        ),
+        Kind(
+            "stack",
+            "Repeats a block, feeding each repetition's output to the next.",
+            (_X,),
+            (
+                Param("repeat", "int", "number of repetitions", low=1, high=MAX_REPEAT),
+                Param("block", "object", "the block repeated: {kind, params}"),
+            ),
+            extra_ports=True,
+            extra_doc="any other port is handed to every repetition by name",
+            counts="repeat x its block's",
+        ),
+        Kind(
+            "table",
+            "A learned tensor a score may read, e.g. T5's relative-position bias (buckets, heads).",
+            (),
+            (Param("shape", "shape", "its shape, 1 to 4 positive integers"),),
+            counts="the product of its shape, params; no FLOPs counted",
+        ),
+    )
+}
+
+
+def catalog_text(kind: str | None = None) -> str:
+    """Plain text of the catalog, or of one kind."""
+    kinds = [KINDS[kind]] if kind else list(KINDS.values())
+    out: list[str] = []
+    for k in kinds:
+        out.append(f"{k.name}: {k.doc}")
+        out.append("  ports:")
+        for p in k.ports:
+            opt = "" if p.required else " (optional)"
+            role = f" [role {p.role}]" if p.role else ""
+            out.append(f"    {p.name}{opt}{role}: {p.doc}")
+        if k.extra_ports:
+            out.append(f"    ...: {k.extra_doc}")
+        if not k.ports and not k.extra_ports:
+            out.append("    (none)")
+        out.append("  params:")
+        for p in k.params:
+            out.append(f"    {p.name} ({p.describe_type()}, default {p.describe_default()}): {p.doc}")
+        out.append(f"  counts: {k.counts}")
+        out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def catalog_markdown() -> str:
+    """`docs/catalog.md`, generated from the same table (a test keeps them in sync)."""
+    out = [
+        "# The catalog of kinds",
+        "",
+        "Generated from `tensorcad/design/catalog.py` by `tensorcad catalog --markdown`; do not edit by hand.",
+        "",
+    ]
+    for k in KINDS.values():
+        out += [f"## `{k.name}`", "", k.doc, "", "| port | required | role | meaning |", "|---|---|---|---|"]
+        for p in k.ports:
+            out.append(f"| `{p.name}` | {'yes' if p.required else 'no'} | {p.role or ''} | {p.doc} |")
+        if k.extra_ports:
+            out.append(f"| *other* | no | | {k.extra_doc} |")
+        out += ["", "| param | type | default | meaning |", "|---|---|---|---|"]
+        for p in k.params:
+            out.append(f"| `{p.name}` | {p.describe_type()} | {p.describe_default()} | {p.doc} |")
+        out += ["", f"Counts: {k.counts}.", ""]
+    return "\n".join(out)

@@ -1,0 +1,413 @@
+"""Validate a design's content and resolve it into the immutable tree of `model`.
+
+Every problem raises `TensorcadError` with the JSON path of the bad value.
+Composite kinds are expanded here, by the catalog's rules:
+
+- `stack` repeats its block; the block's `x` is the previous repetition's output.
+- `transformer_block` is norm, `gqa_attention`, norm, `mlp`, with residuals.
+- `gqa_attention` is q, k, v projections, a rotation of q and k, `sdpa`, o.
+
+Ports a composite does not use itself are handed down by name to the child
+that can take them, so a `doc` wired into a stack reaches every mask in it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import TensorcadError, join
+from . import expr as E
+from .catalog import KINDS, ROLES
+from .model import Attention, Design, Input, Node, Wire
+from .schema import Kind, check_params
+
+_TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output")
+_NODE_KEYS = ("id", "kind", "in", "params", "description")
+MAX_NODES = 10_000
+MAX_ID = 64
+
+
+def _check_id(value: Any, path: str, what: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise TensorcadError(path, f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > MAX_ID or any(ord(c) < 32 for c in value):
+        raise TensorcadError(path, f"{what} {value[:MAX_ID]!r}... must be at most {MAX_ID} printable characters")
+    return value
+
+
+def _object(value: Any, path: str) -> dict:
+    if not isinstance(value, dict):
+        raise TensorcadError(path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _no_unknown(obj: dict, allowed: tuple[str, ...], path: str, what: str) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise TensorcadError(join(path, str(key)), f"unknown key {key!r} in {what} (keys: {', '.join(allowed)})")
+
+
+class _Resolver:
+    def __init__(self, raw: dict):
+        self.raw = raw
+        self.inputs: dict[str, Input] = {}
+        self.nodes: dict[str, Node] = {}  # resolved top-level nodes by id
+        self.raw_nodes: dict[str, tuple[int, dict]] = {}
+
+    # -- top level -----------------------------------------------------------------
+
+    def design(self) -> Design:
+        raw = _object(self.raw, "")
+        _no_unknown(raw, _TOP_KEYS, "", "a design")
+        for key in ("name", "inputs", "nodes", "output"):
+            if key not in raw:
+                raise TensorcadError(key, "missing (a design needs name, inputs, nodes and output)")
+        name = raw["name"]
+        if not isinstance(name, str) or not name or len(name) > 200:
+            raise TensorcadError("name", "must be a string of 1 to 200 characters")
+        if "description" in raw and not isinstance(raw["description"], str):
+            raise TensorcadError("description", "must be a string")
+        context = KINDS["pos_embedding"].param("context").check(raw.get("context", 2048), "context")
+        self._inputs(raw["inputs"])
+        order = self._order(raw["nodes"])
+        for id in order:
+            index, node = self.raw_nodes[id]
+            self.nodes[id] = self._top_node(index, node)
+        output = raw["output"]
+        if not isinstance(output, str) or output not in self.nodes:
+            raise TensorcadError("output", f"{output!r} is not a node (nodes: {', '.join(self.nodes)})")
+        if self.nodes[output].dim is None:
+            raise TensorcadError("output", f"{output!r} is a table, not a layer")
+        return Design(
+            name=name,
+            inputs=tuple(self.inputs.values()),
+            nodes=tuple(self.nodes[i] for i in order),
+            output=output,
+            context=context,
+            source=MappingProxyType(raw),
+        )
+
+    def _inputs(self, raw: Any) -> None:
+        raw = _object(raw, "inputs")
+        if not raw:
+            raise TensorcadError("inputs", "a design needs at least one input of role tokens")
+        for name, spec in raw.items():
+            path = join("inputs", name)
+            _check_id(name, path, "an input name")
+            spec = _object(spec, path)
+            _no_unknown(spec, ("role", "description"), path, "an input")
+            role = spec.get("role", "tokens")
+            if role not in ROLES:
+                raise TensorcadError(join(path, "role"), f"{role!r} is not a role ({', '.join(ROLES)})")
+            if any(i.role == role for i in self.inputs.values()):
+                raise TensorcadError(join(path, "role"), f"a second input of role {role!r}; a design takes at most one")
+            self.inputs[name] = Input(name, role, path)
+        if not any(i.role == "tokens" for i in self.inputs.values()):
+            raise TensorcadError("inputs", "a design needs one input of role tokens")
+
+    def _order(self, raw: Any) -> list[str]:
+        """The nodes in an order where each comes after what it reads; refuses cycles."""
+        if not isinstance(raw, list) or not raw:
+            raise TensorcadError("nodes", "expected a non-empty list of nodes")
+        if len(raw) > MAX_NODES:
+            raise TensorcadError("nodes", f"{len(raw)} nodes; at most {MAX_NODES}")
+        for index, node in enumerate(raw):
+            path = join("nodes", index)
+            node = _object(node, path)
+            _no_unknown(node, _NODE_KEYS, path, "a node")
+            if "id" not in node:
+                raise TensorcadError(join(path, "id"), "missing")
+            id = _check_id(node["id"], join(path, "id"), "an id")
+            if id in self.raw_nodes or id in self.inputs:
+                raise TensorcadError(join(path, "id"), f"duplicate id {id!r}")
+            if "kind" not in node:
+                raise TensorcadError(join(path, "kind"), "missing")
+            if node["kind"] not in KINDS:
+                raise TensorcadError(
+                    join(path, "kind"), f"unknown kind {node['kind']!r} (kinds: {', '.join(KINDS)})"
+                )
+            wires = _object(node.get("in", {}), join(path, "in"))
+            for port, ref in wires.items():
+                if not isinstance(ref, str):
+                    raise TensorcadError(join(join(path, "in"), port), f"expected an input or node id, got {ref!r}")
+            self.raw_nodes[id] = (index, node)
+        for id, (index, node) in self.raw_nodes.items():
+            for port, ref in node.get("in", {}).items():
+                if ref not in self.raw_nodes and ref not in self.inputs:
+                    known = ", ".join([*self.inputs, *self.raw_nodes])
+                    raise TensorcadError(
+                        f"nodes[{index}].in.{port}", f"dangling reference {ref!r} (inputs and nodes: {known})"
+                    )
+        order: list[str] = []
+        state: dict[str, int] = {}  # 1 visiting, 2 done
+
+        def visit(id: str, trail: list[str]) -> None:
+            if state.get(id) == 2:
+                return
+            if state.get(id) == 1:
+                cycle = trail[trail.index(id):] + [id]
+                index = self.raw_nodes[trail[-1]][0]
+                raise TensorcadError(f"nodes[{index}].in", f"cycle {' -> '.join(cycle)}")
+            state[id] = 1
+            for ref in self.raw_nodes[id][1].get("in", {}).values():
+                if ref in self.raw_nodes:
+                    visit(ref, trail + [id])
+            state[id] = 2
+            order.append(id)
+
+        for id in self.raw_nodes:
+            visit(id, [])
+        return order
+
+    # -- one top-level node --------------------------------------------------------
+
+    def _top_node(self, index: int, raw: dict) -> Node:
+        path = join("nodes", index)
+        kind = KINDS[raw["kind"]]
+        id = raw["id"]
+        wiring = raw.get("in", {})
+        dim_in: int | None = None
+        handed: dict[str, Wire] = {}
+        sources: dict[str, str] = {}
+        for port, ref in wiring.items():
+            ppath = join(join(path, "in"), port)
+            spec = kind.port(port)
+            if spec is None and not kind.extra_ports:
+                ports = ", ".join(p.name for p in kind.ports) or "none"
+                raise TensorcadError(ppath, f"unknown port {port!r} for kind {kind.name!r} (ports: {ports})")
+            sources[port] = ref
+            if port == "x" or port in ("q", "k", "v") and kind.name == "sdpa":
+                if raw["kind"] == "embedding":
+                    if ref not in self.inputs:
+                        raise TensorcadError(ppath, f"an embedding reads token ids from an input, not node {ref!r}")
+                    handed[port] = self._wire(port, ref, ppath, f"{id}.{port}")
+                    continue
+                if ref in self.inputs:
+                    raise TensorcadError(ppath, f"{ref!r} is an input of integer ids; port {port!r} takes hidden states from a node")
+                source = self.nodes[ref]
+                if source.dim is None:
+                    raise TensorcadError(ppath, f"{ref!r} is a table; port {port!r} takes hidden states")
+                if port == "x":
+                    dim_in = source.dim
+                else:
+                    handed[port] = replace(self._wire(port, ref, ppath, f"{id}.{port}"))
+                    sources[port] = ref
+                continue
+            handed[port] = self._wire(port, ref, ppath, f"{id}.{port}")
+        for spec in kind.ports:
+            if spec.required and spec.name not in wiring:
+                raise TensorcadError(join(path, "in"), f"missing port {spec.name!r} for kind {kind.name!r}")
+        node = self._build(kind, id, id, join(path, "params"), raw.get("params"), dim_in, handed)
+        return replace(node, sources=MappingProxyType(sources))
+
+    def _wire(self, port: str, ref: str, path: str, hop: str) -> Wire:
+        if ref in self.inputs:
+            return Wire(port, ref, True, self.inputs[ref].role, (hop,), path)
+        node = self.nodes[ref]
+        if node.kind != "table" and port not in ("q", "k", "v"):
+            raise TensorcadError(path, f"port {port!r} is wired from node {ref!r}, which is neither an input nor a table")
+        return Wire(port, ref, False, None, (hop,), path)
+
+    # -- kinds ----------------------------------------------------------------------
+
+    def _build(self, kind: Kind, id: str, name: str, path: str, raw_params: Any,
+               dim_in: int | None, handed: dict[str, Wire]) -> Node:
+        params = check_params(kind, raw_params, path)
+        if not kind.extra_ports:
+            for port, w in handed.items():
+                if kind.port(port) is None:
+                    raise TensorcadError(w.path, f"port {port!r} is handed to {name} ({kind.name}), which reads no such port")
+        build = getattr(self, f"_{kind.name}")
+        return build(id=id, name=name, path=path, params=params, dim_in=dim_in, handed=handed)
+
+    def _leaf(self, kind: str, id, name, path, params, dim_in, dim, wires=()) -> Node:
+        return Node(id, name, kind, path, MappingProxyType(params), dim_in, dim, tuple(wires))
+
+    def _embedding(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("embedding", id, name, path, params, None, params["dim"], handed.values())
+
+    def _pos_embedding(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("pos_embedding", id, name, path, params, dim_in, dim_in, handed.values())
+
+    def _linear(self, id, name, path, params, dim_in, handed) -> Node:
+        tie = params["tie"]
+        if tie is not None:
+            tpath = join(path, "tie")
+            target = self.nodes.get(tie)
+            if target is None or target.kind != "embedding":
+                raise TensorcadError(tpath, f"{tie!r} is not an embedding node defined before this one")
+            if (target.params["vocab"], target.params["dim"]) != (params["out"], dim_in):
+                raise TensorcadError(
+                    tpath,
+                    f"a tied projection {dim_in} -> {params['out']} does not fit embedding {tie!r} "
+                    f"({target.params['vocab']} x {target.params['dim']})",
+                )
+        return self._leaf("linear", id, name, path, params, dim_in, params["out"])
+
+    def _rmsnorm(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("rmsnorm", id, name, path, params, dim_in, dim_in)
+
+    def _layernorm(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("layernorm", id, name, path, params, dim_in, dim_in)
+
+    def _mlp(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("mlp", id, name, path, params, dim_in, dim_in)
+
+    def _table(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("table", id, name, path, params, None, None)
+
+    def _rope(self, id, name, path, params, dim_in, handed) -> Node:
+        if params["head_dim"] % 2:
+            raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} is odd; rotary pairs features")
+        if dim_in is not None and dim_in % params["head_dim"]:
+            raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} does not divide the input width {dim_in}")
+        return self._leaf("rope", id, name, path, params, dim_in, dim_in, [w for w in handed.values() if w.port == "pos"])
+
+    def _sdpa(self, id, name, path, params, dim_in, handed) -> Node:
+        heads, kv_heads = params["heads"], params["kv_heads"] or params["heads"]
+        if heads % kv_heads:
+            raise TensorcadError(join(path, "heads"), f"{heads} is not divisible by kv_heads {kv_heads}")
+        head_dim = params["head_dim"]
+        if head_dim is None:
+            q = handed.get("q")
+            qdim = self.nodes[q.source].dim if q else None
+            if qdim is None or qdim % heads:
+                raise TensorcadError(join(path, "head_dim"), "missing: give head_dim")
+            head_dim = qdim // heads
+        for port, width in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+            w = handed.get(port)
+            if w is not None and self.nodes[w.source].dim != width:
+                raise TensorcadError(w.path, f"{w.source!r} is {self.nodes[w.source].dim} wide; {port} needs {width}")
+        attention = self._attention(path, params, heads, kv_heads, head_dim, handed)
+        params = {**params, "kv_heads": kv_heads, "head_dim": head_dim}
+        wires = [w for w in handed.values() if w.port not in ("q", "k", "v")]
+        node = self._leaf("sdpa", id, name, path, params, dim_in, heads * head_dim, wires)
+        return replace(node, attention=attention)
+
+    def _attention(self, path, params, heads, kv_heads, head_dim, handed) -> Attention:
+        tensors = {p: w for p, w in handed.items() if w.from_input}
+        tables = {
+            p: w for p, w in handed.items()
+            if not w.from_input and p not in ("q", "k", "v") and self.nodes[w.source].kind == "table"
+        }
+        numbers = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
+        if params["window"] is not None:
+            numbers["window"] = params["window"]
+        mask = score = None
+        if params["mask"] is not None:
+            mask = E.parse(params["mask"], E.Scope("mask", numbers, frozenset(tensors),
+                                                   {p: len(self.nodes[w.source].params["shape"]) for p, w in tables.items()}),
+                           join(path, "mask"))
+        if params["score"] is not None:
+            score = E.parse(params["score"], E.Scope("score", numbers, frozenset(tensors),
+                                                     {p: len(self.nodes[w.source].params["shape"]) for p, w in tables.items()}),
+                            join(path, "score"))
+        read = (E.reads(mask) if mask is not None else frozenset()) | (E.reads(score) if score is not None else frozenset())
+        for port, w in {**tensors, **tables}.items():
+            if port not in read and port != "pos":
+                raise TensorcadError(w.path, f"port {port!r} reaches {path}, whose mask and score read nothing by that name")
+        causal = E.Compare(">=", E.Var("q"), E.Var("kv")) if params["causal"] else None
+        window = None
+        if params["window"] is not None:
+            distance = E.Binary("-", E.Var("q"), E.Var("kv"))
+            if not params["causal"]:
+                distance = E.Call("abs", (distance,))
+            window = E.Compare("<", distance, E.Param("window", params["window"]))
+        return Attention(
+            path=path, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+            causal=params["causal"], window=params["window"], mask=mask, score=score,
+            keep=E.all_of(causal, window, mask),
+            tensors=MappingProxyType(tensors), tables=MappingProxyType(tables),
+        )
+
+    def _hand(self, handed: dict[str, Wire], child: str, ports=None) -> dict[str, Wire]:
+        """Hand ports one level down, extending each route by the child's port."""
+        return {
+            p: replace(w, route=w.route + (f"{child}.{p}",))
+            for p, w in handed.items()
+            if ports is None or p in ports
+        }
+
+    def _gqa_attention(self, id, name, path, params, dim_in, handed) -> Node:
+        heads = params["heads"]
+        kv_heads = params["kv_heads"] or heads
+        if heads % kv_heads:
+            raise TensorcadError(join(path, "heads"), f"{heads} is not divisible by kv_heads {kv_heads}")
+        head_dim = params["head_dim"]
+        if head_dim is None:
+            if dim_in % heads:
+                raise TensorcadError(join(path, "heads"), f"width {dim_in} is not divisible by {heads} heads; give head_dim")
+            head_dim = dim_in // heads
+        bias = params["bias"]
+        children = [
+            self._leaf("linear", "q", f"{name}.q", path, {"out": heads * head_dim, "bias": bias, "tie": None}, dim_in, heads * head_dim),
+            self._leaf("linear", "k", f"{name}.k", path, {"out": kv_heads * head_dim, "bias": bias, "tie": None}, dim_in, kv_heads * head_dim),
+            self._leaf("linear", "v", f"{name}.v", path, {"out": kv_heads * head_dim, "bias": bias, "tie": None}, dim_in, kv_heads * head_dim),
+        ]
+        if params["rope"] is not None:
+            rope_raw = params["rope"]
+            rpath = join(path, "rope")
+            rope = check_params(KINDS["rope"], {"head_dim": head_dim, **rope_raw}, rpath)
+            if rope["head_dim"] != head_dim:
+                raise TensorcadError(join(rpath, "head_dim"), f"{rope['head_dim']} differs from the attention's head_dim {head_dim}")
+            for which, width in (("q", heads * head_dim), ("k", kv_heads * head_dim)):
+                children.append(self._rope(f"rope_{which}", f"{name}.rope_{which}", rpath, rope, width,
+                                           self._hand(handed, f"{name}.rope_{which}", ("pos",))))
+        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score")}
+        sdpa_params.update(kv_heads=kv_heads, head_dim=head_dim)
+        sdpa = self._sdpa("sdpa", f"{name}.sdpa", path, sdpa_params, heads * head_dim,
+                          self._hand(handed, f"{name}.sdpa"))
+        children += [sdpa, self._leaf("linear", "o", f"{name}.o", path, {"out": dim_in, "bias": bias, "tie": None},
+                                      heads * head_dim, dim_in)]
+        params = {**params, "kv_heads": kv_heads, "head_dim": head_dim}
+        node = self._leaf("gqa_attention", id, name, path, params, dim_in, dim_in, handed.values())
+        return replace(node, children=tuple(children))
+
+    def _transformer_block(self, id, name, path, params, dim_in, handed) -> Node:
+        dim = params["dim"] if params["dim"] is not None else dim_in
+        if dim != dim_in:
+            raise TensorcadError(join(path, "dim"), f"{dim} differs from its input's width {dim_in}")
+        norm = KINDS[params["norm"]]
+        norm_params = {"eps": params["eps"]}
+        attention = self._build(KINDS["gqa_attention"], "attention", f"{name}.attention", join(path, "attention"),
+                                params["attention"], dim, self._hand(handed, f"{name}.attention"))
+        mlp = self._build(KINDS["mlp"], "mlp", f"{name}.mlp", join(path, "mlp"), params["mlp"], dim, {})
+        children = (
+            self._leaf(norm.name, "attention_norm", f"{name}.attention_norm", path, norm_params, dim, dim),
+            attention,
+            self._leaf(norm.name, "mlp_norm", f"{name}.mlp_norm", path, norm_params, dim, dim),
+            mlp,
+        )
+        node = self._leaf("transformer_block", id, name, path, {**params, "dim": dim}, dim_in, dim, handed.values())
+        return replace(node, children=children)
+
+    def _stack(self, id, name, path, params, dim_in, handed) -> Node:
+        block = params["block"]
+        bpath = join(path, "block")
+        _no_unknown(block, ("kind", "params", *(k for k in block if k not in ("kind", "params") and "params" not in block)),
+                    bpath, "a block")
+        kind_name = block.get("kind")
+        if kind_name not in KINDS:
+            raise TensorcadError(join(bpath, "kind"), f"unknown kind {kind_name!r} (kinds: {', '.join(KINDS)})")
+        kind = KINDS[kind_name]
+        if kind.port("x") is None or kind.name in ("embedding", "stack"):
+            raise TensorcadError(join(bpath, "kind"), f"a stack repeats a block that maps x to x; {kind_name!r} does not")
+        if "params" in block:
+            inner, ipath = block["params"], join(bpath, "params")
+        else:  # the block's params may also sit beside its kind
+            inner, ipath = {k: v for k, v in block.items() if k != "kind"}, bpath
+        child = self._build(kind, "block", f"{name}.block", ipath, inner, dim_in, self._hand(handed, f"{name}.block"))
+        if child.dim != dim_in:
+            raise TensorcadError(bpath, f"the block maps width {dim_in} to {child.dim}; a stack needs them equal")
+        node = self._leaf("stack", id, name, path, params, dim_in, dim_in, handed.values())
+        return replace(node, children=(child,), repeat=params["repeat"])
+
+
+def resolve(raw: Any) -> Design:
+    """Validate a design's content (already parsed from JSON/YAML) into a Design."""
+    try:
+        return _Resolver(raw).design()
+    except RecursionError:
+        raise TensorcadError("", "the design nests too deeply") from None
