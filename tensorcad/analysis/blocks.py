@@ -1,0 +1,267 @@
+"""What a block-sparse kernel computes: every block holding a kept score, computed whole.
+
+FlexAttention computes the score matrix in ``block x block`` tiles (128 by
+default). It skips a tile the mask removes entirely, computes a tile it keeps
+entirely ("full"), and computes and then masks a tile that straddles the
+mask's edge ("partial"). This module counts both for the sampler's rows (the
+same ``packing.draw_boundaries`` draw, the same seed).
+
+Every tile is decided whole by the interval interpreter over its ranges:
+queries ``i*B .. i*B+B-1``, keys ``j*B ..`` (clipped at ``seq``), and each
+tensor read over those ranges (``Rows.over``: a row's document ids never
+fall, so their range is the first and last; positions by their true minimum
+and maximum). "never" is skipped, "always" is full, "maybe" is partial. For
+masks of documents and positions this is exactly FlexAttention's count (held
+to ``create_block_mask`` in ``tests/analysis/test_blocks_torch.py``); for any
+other mask the intervals are sound, so a tile may be counted partial that the
+kernel would skip, never the other way.
+
+Tiles are never evaluated point by point. Along a query block's keys they are
+decided coarse to fine: a run of 4**k tiles is decided as one box and split
+in four only where the verdict is "maybe". Interval arithmetic over a box
+contains it over any box inside it, so this gives the verdicts deciding
+every tile alone would, at a cost that grows with the mask's edges rather
+than with the square of the sequence.
+
+Long rows. A row of 131,072 tokens has 1,024 x 1,024 tiles. Beyond
+``ALL_QUERY_BLOCKS`` query blocks a row, each row decides ``query_blocks``
+of them (64 by default), stratified: the k-th lies in the k-th equal slice
+of the row, at an offset each row takes from a shuffled sub-stratum, and
+each counts for ``blocks / query_blocks``. Full and partial counts are then
+estimates: for fixed documents at 131,072 the computed scores are within
+0.5% of the exact phase average (``tests/analysis/test_blocks.py``).
+
+``kept`` (scores kept a row) is counted exactly from the row's document
+pieces when the mask is causal and/or equal documents (n(n + 1)/2 per piece,
+or n**2 without causality), and as the sampler's keys per query times
+``seq`` otherwise (``attention.keys_per_query``, over the same 1,024 rows).
+"""
+
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorcad.design.expr import Box, Const, Expr, interval, variables
+from tensorcad.design.expr.nodes import Binary, Compare, Read, Var
+from tensorcad.design.model import Attention
+from tensorcad.errors import TensorcadError
+from tensorcad.packing import MAX_SEQ, Packing
+
+from .attention import ROWS, _tensor_reads, keys_per_query
+from .rows import Rows, packed_rows, tensor_roles
+
+DEFAULT_BLOCK = 128
+ALL_QUERY_BLOCKS = 64
+QUERY_BLOCKS = 64
+SPLIT = 4
+
+
+@dataclass(frozen=True)
+class BlockCount:
+    """Means a row, per head: scores kept, scores in computed tiles, full and partial tiles."""
+
+    kept: float
+    computed: float
+    full: float
+    partial: float
+
+    @property
+    def ratio(self) -> float:
+        return self.computed / self.kept if self.kept else float("inf")
+
+
+@dataclass(frozen=True)
+class RowBlocks:
+    """Exact tile counts of given rows: ``full``/``partial`` (rows, heads, query blocks).
+
+    ``heads`` is 1 when the mask does not read ``h``. ``kept`` (rows,) is
+    scores kept a row, mean over heads.
+    """
+
+    full: np.ndarray
+    partial: np.ndarray
+    kept: np.ndarray
+
+
+def _positive(value: object, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= MAX_SEQ:
+        raise TensorcadError(path, f"expected an integer in [1, {MAX_SEQ}], got {value!r}")
+    return int(value)
+
+
+def block_counts(attention: Attention, seq: int, packing: Packing | None, seed: int = 0,
+                 block: int = DEFAULT_BLOCK, rows: int = ROWS,
+                 query_blocks: int | None = None) -> BlockCount:
+    """Tiles the kernel computes for rows of ``seq`` tokens under ``packing`` (means a row)."""
+    seq, block, rows = _positive(seq, "seq"), _positive(block, "block"), _positive(rows, "rows")
+    roles = tensor_roles(attention)
+    keep = attention.keep if attention.keep is not None else Const(True)
+    batch = packed_rows(seq, packing, int(seed), rows)
+    blocks = -(-seq // block)
+    if query_blocks is None:
+        query_blocks = blocks if blocks <= ALL_QUERY_BLOCKS else QUERY_BLOCKS
+    query_blocks = min(_positive(query_blocks, "query_blocks"), blocks)
+
+    rng = np.random.default_rng((int(seed), 3))
+    if query_blocks == blocks:
+        qb = np.broadcast_to(np.arange(blocks), (rows, blocks))
+    else:
+        sub = np.argsort(rng.random((query_blocks, rows)), axis=1).T
+        strata = np.arange(query_blocks)[None, :] * rows + sub
+        place = (strata + rng.random(strata.shape)) * (blocks / (rows * query_blocks))
+        qb = np.minimum(np.floor(place).astype(np.int64), blocks - 1)
+    row = np.broadcast_to(np.arange(rows)[:, None], qb.shape)
+    # A mask of heads: each head takes an equal share of the rows.
+    head = row % attention.heads if "h" in variables(keep) else np.zeros_like(row)
+    full, partial = _decide(keep, dict(roles), batch, row.ravel(), head.ravel(), qb.ravel(),
+                            block, seq)
+    scale = blocks / query_blocks
+    full_mean = float(full.sum()) * scale / rows
+    partial_mean = float(partial.sum()) * scale / rows
+    kept = _kept_per_row(attention, keep, dict(roles), batch, packing, int(seed))
+    return BlockCount(kept=float(kept.mean()), computed=(full_mean + partial_mean) * block * block,
+                      full=full_mean, partial=partial_mean)
+
+
+def count_row_blocks(attention: Attention, documents: np.ndarray,
+                     positions: np.ndarray | None = None, block: int = DEFAULT_BLOCK) -> RowBlocks:
+    """Every tile of the given rows, decided exactly as ``block_counts`` decides them.
+
+    ``documents`` is (rows, seq) or (seq,); ``positions`` defaults to
+    ``packing.positions_of(documents)``. For tests and the harness, which
+    hold these counts to FlexAttention's own ``BlockMask``.
+    """
+    roles = tensor_roles(attention)
+    keep = attention.keep if attention.keep is not None else Const(True)
+    batch = Rows.from_arrays(documents, positions)
+    block = _positive(block, "block")
+    rows, seq = batch.count, batch.seq
+    blocks = -(-seq // block)
+    heads = attention.heads if "h" in variables(keep) else 1
+    row, head, qb = (a.ravel() for a in np.meshgrid(np.arange(rows), np.arange(heads),
+                                                    np.arange(blocks), indexing="ij"))
+    full, partial = _decide(keep, dict(roles), batch, row, head, qb, block, seq)
+    shape = (rows, heads, blocks)
+    kept = _kept_per_row(attention, keep, dict(roles), batch, None, 0, dense_heads=heads)
+    return RowBlocks(full=full.reshape(shape), partial=partial.reshape(shape), kept=kept)
+
+
+def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, head: np.ndarray,
+            qb: np.ndarray, block: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """Full and partial tiles in each (row, head, query block), decided coarse to fine."""
+    blocks = -(-seq // block)
+    entries = len(row)
+    full = np.zeros(entries, dtype=np.int64)
+    partial = np.zeros(entries, dtype=np.int64)
+    q_lo = qb * block
+    q_hi = np.minimum(q_lo + block, seq) - 1
+    q_reads = {(port, "q"): batch.over(role_of[port], row, q_lo, q_hi)
+               for port, index in _tensor_reads(keep) if index == "q"}
+    kv_ports = [port for port, index in _tensor_reads(keep) if index == "kv"]
+
+    span = 1
+    while span < blocks:
+        span *= SPLIT
+    owner = np.arange(entries)
+    j_lo = np.zeros(entries, dtype=np.int64)
+    while len(owner):
+        j_hi = np.minimum(j_lo + span, blocks) - 1
+        r = row[owner]
+        kv_lo = j_lo * block
+        kv_hi = np.minimum((j_hi + 1) * block, seq) - 1
+        reads = {key: (lo[owner], hi[owner]) for key, (lo, hi) in q_reads.items()}
+        for port in kv_ports:
+            reads[(port, "kv")] = batch.over(role_of[port], r, kv_lo, kv_hi)
+        box = Box(b=(r, r), h=(head[owner], head[owner]), q=(q_lo[owner], q_hi[owner]),
+                  kv=(kv_lo, kv_hi), reads=reads)
+        verdict = interval(keep, box)
+        always = np.broadcast_to(verdict.always, owner.shape)
+        maybe = np.broadcast_to(verdict.maybe, owner.shape)
+        full += np.bincount(owner[always], weights=(j_hi - j_lo + 1)[always],
+                            minlength=entries).astype(np.int64)
+        if span == 1:
+            partial += np.bincount(owner[maybe], minlength=entries)
+            break
+        span //= SPLIT
+        children = j_lo[maybe][:, None] + np.arange(SPLIT)[None, :] * span
+        inside = children < np.minimum(j_lo[maybe] + span * SPLIT, blocks)[:, None]
+        owner = np.broadcast_to(owner[maybe][:, None], children.shape)[inside]
+        j_lo = children[inside]
+    return full, partial
+
+
+# -- scores kept ---------------------------------------------------------------
+
+
+def _conjuncts(expr: Expr) -> list[Expr]:
+    if isinstance(expr, Binary) and expr.op == "&":
+        return _conjuncts(expr.left) + _conjuncts(expr.right)
+    return [expr]
+
+
+def _is_causal(expr: Expr) -> bool:
+    q, kv = Var("q"), Var("kv")
+    return isinstance(expr, Compare) and (
+        (expr.op == ">=" and expr.left == q and expr.right == kv)
+        or (expr.op == "<=" and expr.left == kv and expr.right == q))
+
+
+def _is_same_document(expr: Expr, role_of: dict[str, str]) -> bool:
+    if not (isinstance(expr, Compare) and expr.op == "==" and isinstance(expr.left, Read)
+            and isinstance(expr.right, Read) and expr.left.port == expr.right.port
+            and role_of.get(expr.left.port) == "documents"):
+        return False
+    return {expr.left.index[1], expr.right.index[1]} == {Var("q"), Var("kv")}
+
+
+def countable(keep: Expr, role_of: dict[str, str]) -> tuple[bool, bool] | None:
+    """(causal, same document) when the mask is only those, else None."""
+    causal = same = False
+    for part in _conjuncts(keep):
+        if _is_causal(part):
+            causal = True
+        elif _is_same_document(part, role_of):
+            same = True
+        elif not (isinstance(part, Const) and part.value is True):
+            return None
+    return causal, same
+
+
+def _kept_per_row(attention: Attention, keep: Expr, role_of: dict[str, str], batch: Rows,
+                  packing: Packing | None, seed: int, dense_heads: int | None = None) -> np.ndarray:
+    """Scores kept in each row: exact from the pieces, else sampled (or dense for given rows)."""
+    kinds = countable(keep, role_of)
+    seq = batch.seq
+    if kinds is not None:
+        causal, same = kinds
+        if same:
+            lengths, piece_row = batch.piece_lengths()
+        else:
+            lengths, piece_row = np.full(batch.count, seq), np.arange(batch.count)
+        lengths = lengths.astype(np.float64)
+        per_piece = lengths * (lengths + 1) / 2 if causal else lengths**2
+        return np.bincount(piece_row, weights=per_piece, minlength=batch.count)
+    if dense_heads is None:
+        estimate = keys_per_query(attention, seq, packing, seed)
+        return np.full(batch.count, estimate.mean * seq)
+    return _dense_kept(keep, role_of, batch, dense_heads)
+
+
+def _dense_kept(keep: Expr, role_of: dict[str, str], batch: Rows, heads: int) -> np.ndarray:
+    """Every score of given rows evaluated, mean over heads (rows the harness hands in are small)."""
+    from .attention import _evaluate_at
+
+    seq = batch.seq
+    out = np.zeros(batch.count)
+    q = np.arange(seq)[:, None]
+    kv = np.arange(seq)[None, :]
+    for r in range(batch.count):
+        for h in range(heads):
+            rr = np.full((seq, seq), r)
+            hh = np.full((seq, seq), h)
+            qq, kk = np.broadcast_arrays(q, kv)
+            out[r] += _evaluate_at(keep, role_of, batch, rr, hh, qq, kk).sum()
+    return out / heads

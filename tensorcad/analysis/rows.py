@@ -1,0 +1,200 @@
+"""The rows the analysis measures, read at points and over ranges without materialising them.
+
+A mask may read a tensor the engine makes up: a row's document ids or its
+positions within documents. The sampler reads them at sampled points, the
+block counter over whole ranges of positions. Both work from a row's
+document boundaries (``packing.draw_boundaries``), never from the (rows, seq)
+arrays: at 131,072 tokens, 1,024 rows of int64 would be a gibibyte each.
+
+Reading over a range is exact for both roles:
+
+- documents never fall along a row, so their range over ``lo..hi`` is the
+  document at ``lo`` and the document at ``hi``;
+- positions restart at every boundary, so over a range holding a boundary
+  their minimum is 0 and their maximum is the largest of: the position just
+  before the first boundary, the position at ``hi``, and the longest whole
+  document between (a sparse table of document lengths answers that).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+
+import numpy as np
+
+from tensorcad.design.model import Attention
+from tensorcad.design.expr import reads
+from tensorcad.errors import TensorcadError
+from tensorcad.packing import Packing, RowBoundaries, draw_boundaries
+
+# The roles whose values the engine can make up for a packing.
+MADE_UP_ROLES = ("documents", "positions")
+
+
+class _SparseMax:
+    """Range maxima over a 1-D array: O(n log n) to build, O(1) a query."""
+
+    def __init__(self, values: np.ndarray):
+        self.levels = [np.asarray(values, dtype=np.int64)]
+        span = 1
+        while 2 * span <= len(self.levels[0]):
+            top = self.levels[-1]
+            self.levels.append(np.maximum(top[:-span], top[span:]))
+            span *= 2
+
+    def query(self, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        """max(values[lo..hi]) (inclusive); callers pass lo <= hi."""
+        length = np.maximum(hi - lo + 1, 1)
+        level = np.minimum(np.floor(np.log2(length)).astype(np.int64), len(self.levels) - 1)
+        out = np.empty(lo.shape, dtype=np.int64)
+        for k in np.unique(level):
+            sel = level == k
+            table = self.levels[int(k)]
+            out[sel] = np.maximum(table[lo[sel]], table[hi[sel] - (1 << int(k)) + 1])
+        return out
+
+
+class Rows:
+    """A batch of rows as document boundaries; optionally explicit positions.
+
+    ``at(role, r, t)`` and ``over(role, r, lo, hi)`` take flat integer arrays
+    of row indices and row offsets (broadcast together).
+    """
+
+    def __init__(self, boundaries: RowBoundaries, positions: np.ndarray | None = None):
+        self.boundaries = boundaries
+        self.count = boundaries.rows
+        self.seq = boundaries.seq
+        self._stride = self.seq + 1
+        row_of_cut = np.repeat(np.arange(self.count), np.diff(boundaries.offsets))
+        self._keys = row_of_cut * self._stride + boundaries.cuts
+        # A sentinel past the end, so indexing one beyond the last cut is safe.
+        self._cuts = np.append(boundaries.cuts, self.seq).astype(np.int64)
+        self._offsets = boundaries.offsets
+        self._positions = positions
+        self._segments: _SparseMax | None = None
+        self._dense_max: _SparseMax | None = None
+        self._dense_min: _SparseMax | None = None
+
+    # -- construction -------------------------------------------------------
+
+    @classmethod
+    def single_documents(cls, rows: int, seq: int) -> Rows:
+        """One document a row: no boundaries, positions 0..T-1."""
+        return cls(RowBoundaries(seq=seq, cuts=np.zeros(0, dtype=np.int64),
+                                 offsets=np.zeros(rows + 1, dtype=np.int64),
+                                 first_age=np.zeros(rows, dtype=np.int64)))
+
+    @classmethod
+    def from_arrays(cls, documents: np.ndarray, positions: np.ndarray | None = None) -> Rows:
+        """Rows given as (rows, seq) document ids (and positions, if they are not restarted ids)."""
+        documents = np.asarray(documents)
+        if documents.ndim == 1:
+            documents = documents[None, :]
+        if documents.ndim != 2 or not np.issubdtype(documents.dtype, np.integer):
+            raise TensorcadError("documents", f"expected integer (rows, seq) document ids, "
+                                              f"got {documents.dtype} {documents.shape}")
+        rows, seq = documents.shape
+        step = np.diff(documents, axis=1)
+        if (step < 0).any():
+            raise TensorcadError("documents", "document ids must never fall along a row")
+        row_of_cut, cut = np.nonzero(step)
+        offsets = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(np.bincount(row_of_cut, minlength=rows), out=offsets[1:])
+        boundaries = RowBoundaries(seq=seq, cuts=(cut + 1).astype(np.int64), offsets=offsets,
+                                   first_age=np.zeros(rows, dtype=np.int64))
+        if positions is not None:
+            positions = np.asarray(positions, dtype=np.int64).reshape(rows, seq)
+        return cls(boundaries, positions)
+
+    # -- reading ------------------------------------------------------------
+
+    def _cut_index(self, r: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Global index one past the last boundary at or before offset t of row r."""
+        return np.searchsorted(self._keys, r * self._stride + t, side="right")
+
+    def at(self, role: str, r, t) -> np.ndarray:
+        r, t = np.broadcast_arrays(np.asarray(r, dtype=np.int64), np.asarray(t, dtype=np.int64))
+        if role == "positions" and self._positions is not None:
+            return self._positions[r, t]
+        index = self._cut_index(r, t)
+        if role == "documents":
+            return index - self._offsets[r]
+        inside = index > self._offsets[r]
+        return t - np.where(inside, self._cuts[np.maximum(index - 1, 0)], 0)
+
+    def over(self, role: str, r, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+        """(min, max) of the role's values over offsets lo..hi (inclusive) of row r."""
+        r, lo, hi = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (r, lo, hi)))
+        if role == "documents":
+            return self.at(role, r, lo), self.at(role, r, hi)
+        if self._positions is not None:
+            return self._dense_range(r, lo, hi)
+        first, last = self._cut_index(r, lo), self._cut_index(r, hi)
+        p_lo, p_hi = self.at(role, r, lo), self.at(role, r, hi)
+        crossed = last > first
+        before = p_lo + self._cuts[np.minimum(first, len(self._cuts) - 1)] - 1 - lo
+        top = np.maximum(before, p_hi)
+        whole = last - first >= 2  # a whole document between the first and last boundary
+        if whole.any():
+            longest = self._segment_table().query(first[whole], last[whole] - 2)
+            top[whole] = np.maximum(top[whole], longest - 1)
+        return np.where(crossed, 0, p_lo), np.where(crossed, top, p_hi)
+
+    def _segment_table(self) -> _SparseMax:
+        # Lengths between consecutive boundaries; entries spanning two rows are
+        # never queried, since a query's boundaries all lie in one row.
+        if self._segments is None:
+            self._segments = _SparseMax(np.diff(self._cuts) if len(self._cuts) > 1
+                                        else np.zeros(1, dtype=np.int64))
+        return self._segments
+
+    def _dense_range(self, r, lo, hi) -> tuple[np.ndarray, np.ndarray]:
+        if self._dense_max is None:
+            flat = self._positions.ravel()
+            self._dense_max, self._dense_min = _SparseMax(flat), _SparseMax(-flat)
+        base = r * self.seq
+        return -self._dense_min.query(base + lo, base + hi), self._dense_max.query(base + lo, base + hi)
+
+    def piece_lengths(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's document pieces (lengths, row of each): 0 through its cuts to seq."""
+        cuts, offsets = self.boundaries.cuts, self._offsets
+        per_row = np.diff(offsets)
+        row_of_cut = np.repeat(np.arange(self.count), per_row)
+        previous = np.zeros_like(cuts)
+        if len(cuts):
+            previous[1:] = cuts[:-1]
+            previous[offsets[:-1][per_row > 0]] = 0  # a row's first piece starts at 0
+        last_cut = np.where(per_row > 0, self._cuts[np.maximum(offsets[1:] - 1, 0)], 0)
+        lengths = np.concatenate([cuts - previous, self.seq - last_cut])
+        rows = np.concatenate([row_of_cut, np.arange(self.count)])
+        return lengths, rows
+
+
+@functools.lru_cache(maxsize=8)
+def packed_rows(seq: int, packing: Packing | None, seed: int, rows: int) -> Rows:
+    """The rows both the sampler and the block counter measure: one draw, cached."""
+    if packing is None:
+        return Rows.single_documents(rows, seq)
+    return Rows(draw_boundaries(rows, seq, packing.mean, packing.spread, seed))
+
+
+def tensor_roles(attention: Attention) -> Mapping[str, str]:
+    """The role of each tensor port the attention's kept-score expression reads.
+
+    Only documents and positions can be made up; a port wired from token ids
+    is an input-roles error, which the analysis refuses rather than invent.
+    """
+    read = reads(attention.keep) if attention.keep is not None else frozenset()
+    roles: dict[str, str] = {}
+    for port in sorted(read):
+        wire = attention.tensors.get(port)
+        role = wire.role if wire is not None else None
+        if role not in MADE_UP_ROLES:
+            raise TensorcadError(
+                attention.path,
+                f"the mask reads port {port!r}, wired from an input of role {role!r}; the "
+                f"engine can only make up {' or '.join(MADE_UP_ROLES)} to measure it")
+        roles[port] = role
+    return roles
