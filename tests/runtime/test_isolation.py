@@ -1,0 +1,147 @@
+"""check_isolation against hand-written models whose leaks are known by construction."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tensorcad.errors import TensorcadError  # noqa: E402
+from tensorcad.runtime.isolation import check_isolation, segments  # noqa: E402
+
+VOCAB, DIM = 32, 16
+
+
+class TinyAttention(torch.nn.Module):
+    """One causal attention layer over embeddings; `keep` decides which keys a query sees."""
+
+    def __init__(self, keep: str):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed = torch.nn.Embedding(VOCAB, DIM)
+        self.qkv = torch.nn.Linear(DIM, 3 * DIM)
+        self.out = torch.nn.Linear(DIM, VOCAB)
+        self.keep = keep
+
+    def forward(self, ids, documents, positions=None):
+        x = self.embed(ids)  # (B, T, C)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        T = ids.shape[1]
+        causal = torch.ones(T, T, dtype=torch.bool).tril()
+        same = documents[:, :, None] == documents[:, None, :]  # (B, T, T)
+        later = documents[:, :, None] >= documents[:, None, :]
+        mask = {"documents": causal & same, "leaky": causal & later, "none": causal.expand_as(same)}[self.keep]
+        scores = (q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf"))
+        return self.out(torch.softmax(scores, dim=-1) @ v)  # (B, T, V)
+
+
+def batch(rows=2, seq=24):
+    ids = torch.randint(0, VOCAB, (rows, seq), generator=torch.Generator().manual_seed(1))
+    documents = torch.tensor([[0] * 5 + [1] * 9 + [2] * 10, [0] * 12 + [1] * 3 + [2] * 9])[:rows, :seq]
+    return ids, documents
+
+
+def test_document_mask_is_isolated_and_every_document_was_perturbed():
+    ids, documents = batch()
+    result = check_isolation(TinyAttention("documents"), ids, documents, vocab=VOCAB)
+    assert result.passed, result.message()
+    assert result.perturbed == result.documents == 6
+    assert result.own_change > 0
+    # each pass compares every output outside the perturbed document
+    assert result.compared == sum(48 - (end - first) for _, _, first, end in segments(documents))
+
+
+def test_a_model_that_ignores_the_mask_is_caught_naming_the_leak():
+    ids, documents = batch()
+    result = check_isolation(TinyAttention("none"), ids, documents, vocab=VOCAB)
+    assert not result.passed
+    # causal attention without the document mask: document 0 of row 0 reaches 1 and 2
+    first = result.leaks[0]
+    assert (first.row, first.document, first.moved_row, first.moved_document) == (0, 0, 0, 1)
+    assert first.first_position == 5 and first.largest > 0
+    assert all(leak.moved_row == leak.row for leak in result.leaks)  # rows never mix
+    assert "document 0 of row 0 moved document 1" in result.leaks[0].message()
+    assert "moved document" in result.message()
+
+
+def test_a_mask_that_keeps_earlier_documents_leaks_forward_only():
+    ids, documents = batch()
+    result = check_isolation(TinyAttention("leaky"), ids, documents, vocab=VOCAB)
+    assert not result.passed
+    assert all(leak.moved_document > leak.document for leak in result.leaks)
+    assert {(leak.row, leak.document) for leak in result.leaks} == {(0, 0), (0, 1), (1, 0), (1, 1)}
+
+
+class MixesRows(torch.nn.Module):
+    """Isolated within a row, but normalises over the batch, so rows see each other."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = TinyAttention("documents")
+
+    def forward(self, ids, documents, positions=None):
+        x = self.inner(ids, documents)
+        return x - x.mean(dim=0, keepdim=True)
+
+
+def test_a_leak_into_another_row_is_named():
+    ids, documents = batch()
+    result = check_isolation(MixesRows(), ids, documents, vocab=VOCAB)
+    assert not result.passed
+    assert any(leak.moved_row != leak.row for leak in result.leaks)
+    other = next(leak for leak in result.leaks if leak.moved_row != leak.row)
+    assert f"row {other.moved_row}" in other.message()
+
+
+class IgnoresTokens(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(VOCAB))
+
+    def forward(self, ids, documents, positions=None):
+        return self.bias.expand(*ids.shape, VOCAB)
+
+
+def test_a_model_that_ignores_its_tokens_does_not_pass_vacuously():
+    ids, documents = batch()
+    result = check_isolation(IgnoresTokens(), ids, documents, vocab=VOCAB)
+    assert not result.leaks
+    assert not result.passed
+    assert result.own_change == 0
+    assert "vacuously" in result.message()
+
+
+def test_sampling_perturbs_a_seeded_subset():
+    ids, documents = batch()
+    model = TinyAttention("documents")
+    a = check_isolation(model, ids, documents, vocab=VOCAB, sample=3, seed=4)
+    b = check_isolation(model, ids, documents, vocab=VOCAB, sample=3, seed=4)
+    assert a.passed and a.perturbed == 3 and a.documents == 6
+    assert a == b
+
+
+def test_positions_are_passed_through_unchanged():
+    ids, documents = batch()
+    seen = []
+
+    def model_fn(i, d, p):
+        seen.append(p)
+        return TinyAttention("documents")(i, d)
+
+    positions = torch.arange(24).expand(2, 24)
+    check_isolation(model_fn, ids, documents, positions, vocab=VOCAB)
+    assert all(p is positions for p in seen)
+
+
+@pytest.mark.parametrize("bad, path", [
+    (dict(documents=torch.zeros(2, 5, dtype=torch.long)), "documents"),
+    (dict(documents=torch.tensor([[1] * 24, [1] * 23 + [0]])), "documents"),
+    (dict(vocab=1), "vocab"),
+    (dict(ids=torch.zeros(2, 24)), "ids"),
+])
+def test_bad_inputs_name_the_argument(bad, path):
+    ids, documents = batch()
+    kwargs = dict(ids=ids, documents=documents, vocab=VOCAB) | bad
+    with pytest.raises(TensorcadError) as e:
+        check_isolation(TinyAttention("documents"), kwargs.pop("ids"), kwargs.pop("documents"), **kwargs)
+    assert e.value.path == path
