@@ -174,6 +174,16 @@ def cmd_codegen(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from .mcp import main as serve
+    except ModuleNotFoundError as e:
+        raise TensorcadError("", f"the MCP server needs the mcp package ({e.name} is missing): "
+                                 "pip install 'tensorcad[mcp]'") from None
+    serve()
+    return 0
+
+
 def _runtime_command(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from . import runtime_cli
@@ -259,6 +269,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--params", type=int, default=2_000_000)
     p.add_argument("--json", action="store_true")
+    command("mcp", "Serve the engine as MCP tools over stdio (presets, catalog, show, analyze, rules, codegen).",
+            cmd_mcp)
     return top
 
 
