@@ -1,0 +1,277 @@
+"""The engine's block and kept-score figures, held to PyTorch on the same rows.
+
+Two oracles, neither of them the engine:
+
+- **Blocks.** FlexAttention's own ``create_block_mask``, given the model's own
+  mask_mod over the rows ``packing.draw`` makes (the rows the engine counts:
+  same seed, same row count), says per row and query block how many key
+  blocks a kernel computes whole (``full_kv_num_blocks``) and how many it
+  computes and masks (``kv_num_blocks``). The engine's ``count_row_blocks``
+  must give the same numbers on every row, and the engine's ``block_counts``
+  over those rows the same total; the analysis's own figure (its 1,024 rows)
+  is reported beside them.
+- **Kept scores.** The mask_mod evaluated at every (query, key) of every row,
+  counted one by one, must equal the engine's exact per-row count, and lie
+  within the sampler's stated error of the analysis's ``keys_per_query``
+  (0.5% for fixed lengths, 3% for spread-out ones).
+
+The model's mask is taken from the model itself: the mask_mod handed to
+``attend`` in a forward pass, rebuilt over new rows by calling the factory
+that made it (a closure named ``<factory>.<locals>.<mask>``, per the prelude's
+protocol), so what is compared is what the model runs.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from tensorcad.design.model import Attention, Design
+from tensorcad.errors import TensorcadError
+from tensorcad.packing import Packing, draw
+
+ROWS = 256
+BLOCK = 128
+KEPT_TOLERANCE = {"fixed": 0.005, "spread": 0.03}  # the sampler's stated error
+BLOCK_TOLERANCE = 0.001  # engine's total over the same rows against create_block_mask's
+
+MaskFor = Callable[[torch.Tensor, torch.Tensor], Callable]  # (documents, positions) -> mask_mod
+
+
+# -- the model's own mask ------------------------------------------------------------
+
+
+def captured_masks(model: torch.nn.Module, inputs: tuple) -> list[Callable]:
+    """The distinct mask_mods the model hands to ``attend`` in one forward pass, in call order.
+
+    ``attend`` is looked up in the generated module's globals at call time, so
+    wrapping it there for one call sees every layer's mask without changing
+    what runs.
+    """
+    namespace = type(model).forward.__globals__
+    if "attend" not in namespace:
+        raise TensorcadError("model", f"{type(model).__name__} is not a generated module (no attend)")
+    original = namespace["attend"]
+    seen: list[Callable] = []
+
+    def recording_attend(*args, **kwargs):
+        mask_mod = kwargs.get("mask_mod")
+        if mask_mod is not None and all(m.__name__ != mask_mod.__name__ for m in seen):
+            seen.append(mask_mod)
+        return original(*args, **kwargs)
+
+    namespace["attend"] = recording_attend
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        namespace["attend"] = original
+    return seen
+
+
+def mask_factory(mask_mod: Callable, namespace: dict, inputs: dict[str, torch.Tensor | None]) -> MaskFor:
+    """A function making ``mask_mod`` anew over other rows.
+
+    A mask of positions only is the same function for any rows. A mask that
+    reads tensors was made by a factory; its ``reads`` are matched to the
+    forward's inputs (documents, positions) to know which new tensor goes where.
+    """
+    reads = tuple(getattr(mask_mod, "reads", ()))
+    if not reads:
+        return lambda documents, positions: mask_mod
+    factory_name = mask_mod.__qualname__.split(".<locals>.")[0]
+    factory = namespace.get(factory_name)
+    if factory is None or factory is mask_mod:
+        raise TensorcadError("model", f"mask {mask_mod.__name__!r} reads tensors but its factory "
+                                      f"{factory_name!r} is not in the generated module")
+    roles = []
+    for tensor in reads:
+        role = next((r for r, t in inputs.items() if t is not None and (t is tensor or (
+            t.shape == tensor.shape and torch.equal(t, tensor)))), None)
+        if role is None:
+            raise TensorcadError("model", f"mask {mask_mod.__name__!r} reads a tensor that is "
+                                          "neither the documents nor the positions input")
+        roles.append(role)
+
+    def make(documents: torch.Tensor, positions: torch.Tensor) -> Callable:
+        given = {"documents": documents, "positions": positions}
+        return factory(*(given[r] for r in roles))
+
+    return make
+
+
+def model_mask(model: torch.nn.Module, inputs: tuple, names: tuple[str, ...]) -> MaskFor | None:
+    """The first attention's mask of a generated model, as a maker over new rows (None: no mask)."""
+    masks = captured_masks(model, inputs)
+    if not masks:
+        return None
+    given = dict(zip(names, inputs))
+    return mask_factory(masks[0], type(model).forward.__globals__,
+                        {"documents": given.get("documents"), "positions": given.get("positions")})
+
+
+# -- the rows ------------------------------------------------------------------------
+
+
+def rows_for(seq: int, packing: Packing | None, seed: int, rows: int = ROWS) -> tuple[np.ndarray, np.ndarray]:
+    """The engine's rows: ``packing.draw`` with its seed, or one document a row without packing."""
+    if packing is None:
+        return np.zeros((1, seq), dtype=np.int64), np.arange(seq, dtype=np.int64)[None, :]
+    return draw(rows, seq, packing.mean, packing.spread, seed)
+
+
+def _dense_keep(mask_mod: Callable, rows: int, heads: int, seq: int) -> torch.Tensor:
+    """mask_mod at every (row, head, query, key): (rows, heads, seq, seq) booleans."""
+    b = torch.arange(rows).view(rows, 1, 1, 1)
+    h = torch.arange(heads).view(1, heads, 1, 1)
+    q = torch.arange(seq).view(1, 1, seq, 1)
+    kv = torch.arange(seq).view(1, 1, 1, seq)
+    return mask_mod(b, h, q, kv).expand(rows, heads, seq, seq)
+
+
+# -- blocks --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlockAgreement:
+    rows: int
+    heads: int  # 1 when the mask never reads h
+    seq: int
+    block: int
+    torch_full: int  # full blocks over all rows (and heads), create_block_mask
+    torch_partial: int
+    engine_full: int  # count_row_blocks on the same rows
+    engine_partial: int
+    mismatched_rows: tuple[int, ...]  # rows whose per-query-block counts differ
+    engine_total_computed: float  # block_counts over the same rows: scores in computed blocks a row
+    analysis_computed: float  # block_counts as the analysis runs it (its own rows)
+    seconds: float
+
+    @property
+    def torch_computed(self) -> float:
+        """Scores in computed blocks a row (and head), by create_block_mask."""
+        return (self.torch_full + self.torch_partial) * self.block * self.block / (self.rows * self.heads)
+
+    @property
+    def total_difference(self) -> float:
+        return abs(self.engine_total_computed - self.torch_computed) / self.torch_computed
+
+    @property
+    def analysis_difference(self) -> float:
+        return abs(self.analysis_computed - self.torch_computed) / self.torch_computed
+
+    @property
+    def passed(self) -> bool:
+        return (not self.mismatched_rows and self.torch_full == self.engine_full
+                and self.torch_partial == self.engine_partial
+                and self.total_difference <= BLOCK_TOLERANCE)
+
+    def to_json(self) -> dict:
+        return {
+            "rows": self.rows, "heads": self.heads, "seq": self.seq, "block": self.block,
+            "torch": {"full": self.torch_full, "partial": self.torch_partial,
+                      "computedPerRow": self.torch_computed},
+            "engine": {"full": self.engine_full, "partial": self.engine_partial,
+                       "computedPerRow": self.engine_total_computed},
+            "mismatchedRows": list(self.mismatched_rows[:10]),
+            "totalDifference": self.total_difference,
+            "analysisComputedPerRow": self.analysis_computed,
+            "analysisDifference": self.analysis_difference,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+def compare_blocks(attention: Attention, mask_for: MaskFor, seq: int, packing: Packing | None,
+                   seed: int = 0, rows: int = ROWS, block: int = BLOCK) -> BlockAgreement:
+    """create_block_mask's per-row counts against the engine's, on the engine's rows."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from tensorcad.analysis.blocks import block_counts, count_row_blocks
+
+    start = time.perf_counter()
+    documents, positions = rows_for(seq, packing, seed, rows)
+    n = documents.shape[0]
+    mask_mod = mask_for(torch.from_numpy(documents), torch.from_numpy(positions))
+    heads = attention.heads if getattr(mask_mod, "uses_head", True) else 1
+    block_mask = create_block_mask(mask_mod, n, heads, seq, seq, device="cpu", BLOCK_SIZE=block)
+    partial = block_mask.kv_num_blocks.to(torch.int64).numpy()  # (rows, heads, query blocks)
+    full = (block_mask.full_kv_num_blocks.to(torch.int64).numpy() if block_mask.full_kv_num_blocks is not None
+            else np.zeros_like(partial))
+
+    engine = count_row_blocks(attention, documents, positions, block=block)
+    # The engine counts one head when the mask never reads h; every head is the same then.
+    e_full = np.broadcast_to(engine.full, full.shape)
+    e_partial = np.broadcast_to(engine.partial, partial.shape)
+    differs = ((e_full != full) | (e_partial != partial)).reshape(n, -1).any(axis=1)
+
+    pack_rows = rows if packing is not None else 1
+    same_rows = block_counts(attention, seq, packing, seed=seed, block=block, rows=pack_rows)
+    analysis = block_counts(attention, seq, packing, seed=seed, block=block)
+    return BlockAgreement(
+        rows=n, heads=heads, seq=seq, block=block,
+        torch_full=int(full.sum()), torch_partial=int(partial.sum()),
+        engine_full=int(e_full.sum()), engine_partial=int(e_partial.sum()),
+        mismatched_rows=tuple(int(r) for r in np.flatnonzero(differs)),
+        engine_total_computed=same_rows.computed, analysis_computed=analysis.computed,
+        seconds=time.perf_counter() - start,
+    )
+
+
+# -- kept scores ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KeptAgreement:
+    rows: int
+    seq: int
+    counted: float  # keys kept per query, every score of every row evaluated
+    engine_exact: float  # the engine's exact count on the same rows (count_row_blocks.kept)
+    mismatched_rows: tuple[int, ...]
+    analysis: float  # the analysis's keys_per_query (sampled over its own rows)
+    tolerance: float
+    seconds: float
+
+    @property
+    def difference(self) -> float:
+        return abs(self.analysis - self.counted) / self.counted
+
+    @property
+    def passed(self) -> bool:
+        return not self.mismatched_rows and self.difference <= self.tolerance
+
+    def to_json(self) -> dict:
+        return {"rows": self.rows, "seq": self.seq, "countedPerQuery": self.counted,
+                "engineExactPerQuery": self.engine_exact, "mismatchedRows": list(self.mismatched_rows[:10]),
+                "analysisPerQuery": self.analysis, "difference": self.difference,
+                "tolerance": self.tolerance, "seconds": round(self.seconds, 3)}
+
+
+def compare_kept(attention: Attention, mask_for: MaskFor, seq: int, packing: Packing | None,
+                 seed: int = 0, rows: int = ROWS) -> KeptAgreement:
+    """Scores kept, counted one by one on the engine's rows, against the engine's figures."""
+    from tensorcad.analysis.attention import keys_per_query
+    from tensorcad.analysis.blocks import count_row_blocks
+
+    start = time.perf_counter()
+    documents, positions = rows_for(seq, packing, seed, rows)
+    n = documents.shape[0]
+    mask_mod = mask_for(torch.from_numpy(documents), torch.from_numpy(positions))
+    heads = attention.heads if getattr(mask_mod, "uses_head", True) else 1
+    per_row = np.zeros(n)
+    for first in range(0, n, 32):  # 32 rows at a time bounds the dense booleans
+        last = min(first + 32, n)
+        sub = mask_for(torch.from_numpy(documents[first:last]), torch.from_numpy(positions[first:last]))
+        keep = _dense_keep(sub, last - first, heads, seq)
+        per_row[first:last] = keep.sum(dim=(1, 2, 3)).double().numpy() / heads
+    engine = count_row_blocks(attention, documents, positions).kept
+    mismatched = tuple(int(r) for r in np.flatnonzero(np.abs(engine - per_row) > 1e-9 * np.maximum(per_row, 1)))
+    spread = packing is not None and packing.spread > 0
+    return KeptAgreement(
+        rows=n, seq=seq, counted=float(per_row.mean()) / seq, engine_exact=float(engine.mean()) / seq,
+        mismatched_rows=mismatched, analysis=keys_per_query(attention, seq, packing, seed=seed).mean,
+        tolerance=KEPT_TOLERANCE["spread" if spread else "fixed"], seconds=time.perf_counter() - start,
+    )
