@@ -149,6 +149,32 @@ def count_row_blocks(attention: Attention, documents: np.ndarray,
     return RowBlocks(full=full.reshape(shape), partial=partial.reshape(shape), kept=kept)
 
 
+def tile_verdicts(attention: Attention, documents: np.ndarray, positions: np.ndarray | None = None,
+                  block: int = DEFAULT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """(full, partial) booleans (rows, heads, query blocks, key blocks), every tile decided alone.
+
+    The flat form of what ``count_row_blocks`` decides coarse to fine; for
+    small rows (tests, the editor's preview), since it holds every tile.
+    """
+    roles = tensor_roles(attention)
+    keep = attention.keep if attention.keep is not None else Const(True)
+    batch = Rows.from_arrays(documents, positions)
+    block = _positive(block, "block")
+    rows, seq = batch.count, batch.seq
+    blocks = -(-seq // block)
+    heads = attention.heads if "h" in variables(keep) else 1
+    r, h, i, j = np.meshgrid(np.arange(rows), np.arange(heads), np.arange(blocks),
+                             np.arange(blocks), indexing="ij")
+    lo_q, lo_kv = i * block, j * block
+    hi_q, hi_kv = np.minimum(lo_q + block, seq) - 1, np.minimum(lo_kv + block, seq) - 1
+    reads = {(port, index): batch.over(roles[port], r, *((lo_q, hi_q) if index == "q"
+                                                         else (lo_kv, hi_kv)))
+             for port, index in _tensor_reads(keep)}
+    verdict = interval(keep, Box(b=(r, r), h=(h, h), q=(lo_q, hi_q), kv=(lo_kv, hi_kv), reads=reads))
+    return (np.broadcast_to(verdict.always, r.shape).copy(),
+            np.broadcast_to(verdict.maybe, r.shape).copy())
+
+
 def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, head: np.ndarray,
             qb: np.ndarray, block: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
     """Full and partial tiles in each (row, head, query block), decided coarse to fine."""
@@ -158,39 +184,62 @@ def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, h
     partial = np.zeros(entries, dtype=np.int64)
     q_lo = qb * block
     q_hi = np.minimum(q_lo + block, seq) - 1
+    reads = _tensor_reads(keep)
     q_reads = {(port, "q"): batch.over(role_of[port], row, q_lo, q_hi)
-               for port, index in _tensor_reads(keep) if index == "q"}
-    kv_ports = [port for port, index in _tensor_reads(keep) if index == "kv"]
+               for port, index in reads if index == "q"}
+    levels = 0
+    while SPLIT**levels < blocks:
+        levels += 1
+    # Each kv read's range over every run of SPLIT**k tiles, for every row: a
+    # pyramid of minima and maxima, so deciding a run never reads the row again.
+    pyramids = {port: _pyramid(batch, role_of[port], block, seq, levels)
+                for port, index in reads if index == "kv"}
 
-    span = 1
-    while span < blocks:
-        span *= SPLIT
     owner = np.arange(entries)
     j_lo = np.zeros(entries, dtype=np.int64)
-    while len(owner):
+    for level in range(levels, -1, -1):
+        span = SPLIT**level
         j_hi = np.minimum(j_lo + span, blocks) - 1
         r = row[owner]
-        kv_lo = j_lo * block
-        kv_hi = np.minimum((j_hi + 1) * block, seq) - 1
-        reads = {key: (lo[owner], hi[owner]) for key, (lo, hi) in q_reads.items()}
-        for port in kv_ports:
-            reads[(port, "kv")] = batch.over(role_of[port], r, kv_lo, kv_hi)
+        box_reads = {key: (lo[owner], hi[owner]) for key, (lo, hi) in q_reads.items()}
+        for port, pyramid in pyramids.items():
+            lo, hi = pyramid[level]
+            group = j_lo // span
+            box_reads[(port, "kv")] = (lo[r, group], hi[r, group])
         box = Box(b=(r, r), h=(head[owner], head[owner]), q=(q_lo[owner], q_hi[owner]),
-                  kv=(kv_lo, kv_hi), reads=reads)
+                  kv=(j_lo * block, np.minimum((j_hi + 1) * block, seq) - 1), reads=box_reads)
         verdict = interval(keep, box)
         always = np.broadcast_to(verdict.always, owner.shape)
         maybe = np.broadcast_to(verdict.maybe, owner.shape)
         full += np.bincount(owner[always], weights=(j_hi - j_lo + 1)[always],
                             minlength=entries).astype(np.int64)
-        if span == 1:
+        if level == 0:
             partial += np.bincount(owner[maybe], minlength=entries)
             break
-        span //= SPLIT
-        children = j_lo[maybe][:, None] + np.arange(SPLIT)[None, :] * span
-        inside = children < np.minimum(j_lo[maybe] + span * SPLIT, blocks)[:, None]
+        child = span // SPLIT
+        children = j_lo[maybe][:, None] + np.arange(SPLIT)[None, :] * child
+        inside = children < blocks
         owner = np.broadcast_to(owner[maybe][:, None], children.shape)[inside]
         j_lo = children[inside]
     return full, partial
+
+
+def _pyramid(batch: Rows, role: str, block: int, seq: int, levels: int):
+    """[(min, max) (rows, groups)] of ``role`` over runs of SPLIT**k tiles, k = 0..levels."""
+    blocks = -(-seq // block)
+    starts = np.arange(blocks) * block
+    ends = np.minimum(starts + block, seq) - 1
+    r = np.arange(batch.count)[:, None]
+    lo, hi = batch.over(role, r, starts[None, :], ends[None, :])
+    out = [(lo, hi)]
+    for _ in range(levels):
+        pad = -lo.shape[1] % SPLIT
+        lo = np.pad(lo, ((0, 0), (0, pad)), constant_values=np.iinfo(np.int64).max)
+        hi = np.pad(hi, ((0, 0), (0, pad)), constant_values=np.iinfo(np.int64).min)
+        lo = lo.reshape(len(lo), -1, SPLIT).min(axis=2)
+        hi = hi.reshape(len(hi), -1, SPLIT).max(axis=2)
+        out.append((lo, hi))
+    return out
 
 
 # -- scores kept ---------------------------------------------------------------

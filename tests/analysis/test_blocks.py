@@ -1,0 +1,146 @@
+"""Whole-block counts held to the proposal's tables, the exact phase average and dense evaluation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tensorcad import closed_form as cf
+from tensorcad.analysis.blocks import block_counts, count_row_blocks, tile_verdicts
+from tensorcad.design import load
+from tensorcad.design.expr import Env, evaluate
+from tensorcad.errors import TensorcadError
+from tensorcad.packing import Packing, draw, positions_of
+
+from test_attention import attention  # tests/analysis is on sys.path (rootdir import mode)
+
+LLAMA = load("llama-3-8b-documents").attentions()[0][0]
+
+
+@pytest.mark.parametrize("length,kept,computed", [(1024, 524_800, 589_824), (256, 32_896, 49_152)])
+def test_aligned_documents_table(length, kept, computed):
+    documents = np.repeat(np.arange(8192 // length), length)
+    counted = count_row_blocks(LLAMA, documents)
+    per_document = 8192 // length
+    assert counted.kept[0] == kept * per_document
+    tiles = int(counted.full.sum() + counted.partial.sum())
+    assert tiles * 128 * 128 == computed * per_document
+    assert (kept, computed) == cf.aligned_document_blocks(length)
+
+
+@pytest.mark.parametrize("length,table", [(2048, 1.19), (1024, 1.37), (512, 1.74), (256, 2.48),
+                                          (128, 3.94)])
+def test_stream_table(length, table):
+    counted = block_counts(LLAMA, 8192, Packing(length, 0))
+    exact = cf.fixed_phase_block_ratio(8192, length)
+    assert counted.ratio == pytest.approx(exact, abs=0.01)
+    assert round(exact, 2) == pytest.approx(table, abs=0.01)
+
+
+def test_long_rows_sample_query_blocks():
+    # 131,072 tokens: 64 of 1,024 query blocks a row, stratified.
+    counted = block_counts(LLAMA, 131072, Packing(1024, 0))
+    kept, computed = cf.fixed_phase_blocks(131072, 1024)
+    assert counted.kept == pytest.approx(kept, rel=0.001)
+    assert counted.computed == pytest.approx(computed, rel=0.005)
+
+
+def test_causal_and_window_blocks():
+    causal = block_counts(load("llama-3-8b").attentions()[0][0], 8192, None)
+    assert (causal.kept, causal.computed) == cf.causal_blocks(8192)
+    mistral = block_counts(load("mistral-7b").attentions()[0][0], 32768, None, query_blocks=256)
+    kept, computed = cf.window_blocks(32768, 4096)
+    assert mistral.computed == computed
+    assert mistral.kept == pytest.approx(kept)
+
+
+def test_counts_match_every_tile_decided_alone():
+    documents, positions = draw(6, 1024, 150, 1.0, seed=1)
+    for att in (LLAMA, attention("(doc(b, q) == doc(b, kv)) & (pos(b, kv) < 40 + 16 * h)",
+                                 roles={"doc": "documents", "pos": "positions"})):
+        counted = count_row_blocks(att, documents, positions)
+        full, partial = tile_verdicts(att, documents, positions)
+        assert (counted.full == full.sum(axis=3)).all()
+        assert (counted.partial == partial.sum(axis=3)).all()
+
+
+def test_kept_is_counted_exactly():
+    documents, positions = draw(4, 2048, 300, 1.0, seed=0)
+    counted = count_row_blocks(LLAMA, documents)
+    q, kv = np.arange(2048)[:, None], np.arange(2048)[None, :]
+    dense = [int(((documents[r][:, None] == documents[r][None, :]) & (q >= kv)).sum())
+             for r in range(4)]
+    assert counted.kept.tolist() == dense
+
+
+def test_rows_must_hold_documents_in_order():
+    with pytest.raises(TensorcadError, match="documents"):
+        count_row_blocks(LLAMA, np.array([[0, 1, 0, 1]]))
+    with pytest.raises(TensorcadError, match="block"):
+        block_counts(LLAMA, 1024, None, block=0)
+
+
+# -- the property: intervals never miss a kept score and are never wrong about "full" ----
+
+T, BLOCK, HEADS = 48, 8, 2
+
+terms = st.sampled_from(["q", "kv", "h", "doc(b, q)", "doc(b, kv)", "pos(b, q)", "pos(b, kv)",
+                         "b"])
+constants = st.integers(-6, 40).map(str)
+
+
+@st.composite
+def numbers(draw_):
+    left = draw_(st.one_of(terms, constants))
+    if draw_(st.booleans()):
+        op = draw_(st.sampled_from(["+", "-", "*", "//", "%"]))
+        right = draw_(st.one_of(terms, st.integers(1, 9).map(str)))
+        return f"({left} {op} {right})"
+    return left
+
+
+@st.composite
+def masks(draw_, depth=2):
+    if depth == 0 or draw_(st.integers(0, 2)) == 0:
+        op = draw_(st.sampled_from(["==", "!=", "<", "<=", ">", ">="]))
+        return f"({draw_(numbers())} {op} {draw_(numbers())})"
+    op = draw_(st.sampled_from(["&", "|", "~"]))
+    if op == "~":
+        return f"~{draw_(masks(depth - 1))}"
+    return f"({draw_(masks(depth - 1))} {op} {draw_(masks(depth - 1))})"
+
+
+@st.composite
+def rows(draw_):
+    """Two rows of document ids that never fall, from random document lengths."""
+    out = []
+    for _ in range(2):
+        lengths = draw_(st.lists(st.integers(1, 30), min_size=1, max_size=20))
+        documents = np.repeat(np.arange(len(lengths)), lengths)
+        tail = documents[-1] + 1 if len(documents) else 0
+        out.append(np.concatenate([documents, np.full(T, tail)])[:T])
+    return np.stack(out)
+
+
+@settings(max_examples=250, suppress_health_check=[HealthCheck.too_slow])
+@given(mask=masks(), causal=st.booleans(), documents=rows())
+def test_intervals_never_miss_a_kept_score(mask, causal, documents):
+    att = attention(mask, causal=causal, heads=HEADS, roles={"doc": "documents", "pos": "positions"})
+    positions = positions_of(documents)
+    full, partial = tile_verdicts(att, documents, positions, block=BLOCK)
+    q = np.arange(T)[:, None]
+    kv = np.arange(T)[None, :]
+    blocks = T // BLOCK
+    for b in range(2):
+        for h in range(full.shape[1]):
+            kept = np.broadcast_to(evaluate(att.keep, Env(
+                b=b, h=h, q=q, kv=kv, tensors={"doc": documents, "pos": positions})), (T, T))
+            tiles = kept.reshape(blocks, BLOCK, blocks, BLOCK)
+            any_kept = tiles.any(axis=(1, 3))
+            all_kept = tiles.all(axis=(1, 3))
+            assert not (any_kept & ~(full[b, h] | partial[b, h])).any(), "a kept score was skipped"
+            assert not (full[b, h] & ~all_kept).any(), "a tile called full drops a score"
+    counted = count_row_blocks(att, documents, positions, block=BLOCK)
+    assert (counted.full == full.sum(axis=3)).all() and (counted.partial == partial.sum(axis=3)).all()
