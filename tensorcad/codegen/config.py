@@ -1,0 +1,96 @@
+"""The generated `Config` dataclass: the design's numbers, one field each.
+
+Each top-level node contributes numbers under plain keys (`dim`, `n_head`, ...).
+A key every node agrees on is one field (`dim` for a model whose stream is one
+width throughout); a key nodes disagree on gets a field per node, prefixed by the
+node's sanitised id (`encoder_n_layer`, `decoder_n_layer`). Tables' shapes are
+always prefixed, since each belongs to its table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..design.model import Design, Node
+from .names import Namer
+
+_ALWAYS_PREFIXED = ("shape",)
+
+
+def _keys(node: Node, output: str) -> dict[str, Any]:
+    p, kind = node.params, node.kind
+    if kind == "embedding":
+        return {"vocab_size": p["vocab"], "dim": p["dim"]}
+    if kind == "pos_embedding":
+        return {"n_positions": p["context"], "dim": node.dim_in}
+    if kind == "linear":
+        out = "vocab_size" if node.id == output else "out_features"
+        return {"dim": node.dim_in, out: p["out"], "bias": p["bias"]}
+    if kind in ("rmsnorm", "layernorm"):
+        return {"dim": node.dim_in, "eps": p["eps"]}
+    if kind == "mlp":
+        return {"dim": node.dim_in, "hidden": p["hidden"], "mlp_bias": p["bias"]}
+    if kind == "rope":
+        return {"head_dim": p["head_dim"], "rope_theta": float(p["theta"])}
+    if kind in ("sdpa", "gqa_attention"):
+        keys: dict[str, Any] = {"n_head": p["heads"], "n_kv_head": p["kv_heads"], "head_dim": p["head_dim"]}
+        if kind == "gqa_attention":
+            keys = {"dim": node.dim_in, **keys, "attn_bias": p["bias"]}
+            if p["rope"] is not None:
+                keys["rope_theta"] = float(node.child("rope_q").params["theta"])
+        return keys
+    if kind == "transformer_block":
+        return {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("attention"), output),
+                **_keys(node.child("mlp"), output)}
+    if kind == "stack":
+        return {"n_layer": node.repeat, **_keys(node.children[0], output)}
+    if kind == "table":
+        return {"shape": tuple(p["shape"])}
+    raise AssertionError(f"no config keys for kind {kind!r}")
+
+
+class ConfigFields:
+    """Which Config field holds each (top-level node, key)."""
+
+    def __init__(self, design: Design, names: Namer):
+        self.owner_keys = {n.id: _keys(n, design.output) for n in design.nodes}
+        self.context = design.context
+        values: dict[str, set] = {}
+        for keys in self.owner_keys.values():
+            for key, value in keys.items():
+                values.setdefault(key, set()).add((type(value), value))
+        self._names = names
+        self._field: dict[tuple[str, str], str] = {}
+        self.fields: dict[str, Any] = {"context": design.context}
+        for owner, keys in self.owner_keys.items():
+            for key, value in keys.items():
+                shared = len(values[key]) == 1 and key not in _ALWAYS_PREFIXED
+                name = key if shared else f"{names(owner)}_{key}"
+                while name in self.fields and (owner, key) not in self._field and not shared:
+                    name += "_"
+                self._field[owner, key] = name
+                self.fields.setdefault(name, value)
+
+    def __call__(self, owner: str, key: str) -> str:
+        """`config.<field>` for a number of the top-level node `owner`."""
+        return f"config.{self._field[owner, key]}"
+
+    def source(self) -> str:
+        lines = [
+            "@dataclass",
+            "class Config:",
+            '    """The design\'s numbers; the defaults are the design itself."""',
+            "",
+        ]
+        for name, value in self.fields.items():
+            lines.append(f"    {name}: {_annotation(value)} = {value!r}")
+        lines += ["", "", "CONFIG = Config()"]
+        return "\n".join(lines) + "\n"
+
+
+def _annotation(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, tuple):
+        return "tuple"
+    return type(value).__name__
