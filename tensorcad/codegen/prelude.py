@@ -1,8 +1,8 @@
 """The fixed part of every generated module: imports and the attention and rotary runtime.
 
 These are source text, not code this package runs: `tensorcad.generate` pastes them
-into the module it writes, after `IMPORTS` and before the design's own `Config`, mask
-factories and modules. Nothing here imports torch; the engine must stay free of it.
+into the module it writes (`IMPORTS` first, the runtimes before the design's mask
+factories and modules). Nothing here imports torch; the engine must stay free of it.
 
 The contract with the generator (names the generated code calls):
 
