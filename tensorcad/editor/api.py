@@ -1,0 +1,222 @@
+"""What the editor's JSON API does, as plain functions of parsed JSON.
+
+Each function takes the request's JSON (already parsed) and returns the
+response's JSON, or raises ``TensorcadError`` naming the bad value's path;
+the server turns that into HTTP 400 ``{"error", "path"}``. Nothing here
+knows about HTTP. Designs arrive as objects (the text being edited) or as a
+preset's name; a string is never read as a file path, so a request cannot
+make the server read a file.
+
+Operating-point paths are prefixed ``op.`` (``op.packing.mean``); a
+design's paths are its own (``nodes[1].params.heads``), as the editor shows
+them against the text being edited.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from typing import Any
+
+from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
+from tensorcad.analysis.report import Report, analyze as analyze_design, reads_documents
+from tensorcad.design import load, preset_names, show
+from tensorcad.design.catalog import KINDS, catalog_text
+from tensorcad.design.expr import to_text
+from tensorcad.design.load import parse_text
+from tensorcad.design.model import Design
+from tensorcad.errors import TensorcadError, join
+from tensorcad.packing import Packing
+from tensorcad.rules import check
+
+from .preview import DEFAULT_CELLS, mask_preview, sample_row
+from .walkthrough import walkthrough
+
+OP_KEYS = ("seq", "hardware", "gpus", "mfu", "pricePerGpuHour", "tokens", "packing")
+PACKING_KEYS = ("mean", "spread")
+
+
+def _object(value: Any, path: str) -> dict:
+    if not isinstance(value, dict):
+        raise TensorcadError(path, f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _only(body: dict, keys: tuple[str, ...], path: str) -> None:
+    for key in body:
+        if key not in keys:
+            raise TensorcadError(join(path, key), f"unknown field (fields: {', '.join(keys)})")
+
+
+def _design(value: Any) -> Design:
+    """A design object, or a preset's name; never a file path."""
+    if isinstance(value, str):
+        if value not in preset_names():
+            raise TensorcadError("design", f"{value!r} is not a preset ({', '.join(preset_names())})")
+        return load(value)
+    return load(_object(value, "design"))
+
+
+def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
+    """The operating point from the editor's JSON; absent or null fields take the defaults.
+
+    A packing mean without a spread gets spread 1, because real corpora
+    vary (as ``--pack`` alone does on the command line).
+    """
+    raw = {} if raw is None else _object(raw, "op")
+    _only(raw, OP_KEYS, "op")
+    given = {k: v for k, v in raw.items() if v is not None}
+    packing = None
+    if "packing" in given:
+        pack = _object(given["packing"], "op.packing")
+        _only(pack, PACKING_KEYS, "op.packing")
+        if pack.get("mean") is None:
+            raise TensorcadError("op.packing.mean", "a packing needs a mean document length")
+        spread = pack.get("spread")
+        try:
+            packing = Packing(pack["mean"], 1.0 if spread is None else spread)
+        except TensorcadError as e:
+            raise TensorcadError(join("op", e.path), e.message) from None
+    context = design.context if design is not None else 8192
+    try:
+        return OperatingPoint(
+            seq=given.get("seq", context),
+            packing=packing,
+            hardware=given.get("hardware", DEFAULTS["hardware"]),
+            gpus=given.get("gpus", DEFAULTS["gpus"]),
+            mfu=given.get("mfu", DEFAULTS["mfu"]),
+            price_per_gpu_hour=given.get("pricePerGpuHour", DEFAULTS["price"]),
+            tokens=given.get("tokens"),
+        )
+    except TensorcadError as e:
+        raise TensorcadError(join("op", e.path), e.message) from None
+
+
+def _design_of(body: dict) -> Design:
+    """The request's design: ``design`` (an object or a preset's name) or ``text`` (JSON being edited)."""
+    if ("design" in body) == ("text" in body):
+        raise TensorcadError("design", "send the design as `design` (an object or a preset's name) "
+                                       "or as `text` (its JSON), one of the two")
+    if "text" in body:
+        if not isinstance(body["text"], str):
+            raise TensorcadError("text", f"expected the design's JSON text, got {type(body['text']).__name__}")
+        return load(parse_text(body["text"], "design"))
+    return _design(body["design"])
+
+
+def _request(body: Any, keys: tuple[str, ...]) -> tuple[Design, OperatingPoint, dict]:
+    body = _object(body, "")
+    _only(body, ("design", "text") + keys, "")
+    design = _design_of(body)
+    return design, operating_point(body.get("op"), design), body
+
+
+# The same design and operating point are analysed for the readout, the
+# rules and the walkthrough, once per edit; keyed by the design's canonical
+# text, so an equal design typed again is not analysed again.
+@lru_cache(maxsize=32)
+def _report(text: str, op: OperatingPoint) -> Report:
+    return analyze_design(load(json.loads(text)), op)
+
+
+@lru_cache(maxsize=32)
+def _diagnostics(text: str, op: OperatingPoint) -> tuple:
+    return tuple(check(load(json.loads(text)), op))
+
+
+def _key(design: Design) -> str:
+    return json.dumps(design.to_dict(), sort_keys=True)
+
+
+# -- the endpoints -------------------------------------------------------------
+
+
+def presets() -> dict:
+    """GET /api/presets: every preset, its context and whether it reads documents."""
+    out = []
+    for name in preset_names():
+        d = load(name)
+        out.append({"name": name, "context": d.context, "documents": d.input("documents") is not None,
+                    "description": d.source.get("description", "")})
+    return {"presets": out, "hardware": list(HARDWARE), "defaults": {
+        "hardware": DEFAULTS["hardware"], "gpus": DEFAULTS["gpus"], "mfu": DEFAULTS["mfu"],
+        "pricePerGpuHour": DEFAULTS["price"]}}
+
+
+def design(name: Any) -> dict:
+    """GET /api/design?name=…: a preset's content, to edit."""
+    if not isinstance(name, str) or not name:
+        raise TensorcadError("name", "which preset? (GET /api/design?name=…)")
+    return {"name": name, "design": _design(name).to_dict()}
+
+
+def describe(d: Design) -> dict:
+    """What the inspector shows of a design: its inputs, attentions and printed form."""
+    attentions = [{
+        "index": i, "path": a.path, "layers": layers, "heads": a.heads, "kvHeads": a.kv_heads,
+        "headDim": a.head_dim, "keeps": to_text(a.keep) if a.keep is not None else "every score",
+        "readsDocuments": reads_documents(a),
+    } for i, (a, layers) in enumerate(d.attentions())]
+    return {"name": d.name, "context": d.context,
+            "inputs": [{"name": i.name, "role": i.role} for i in d.inputs],
+            "documents": d.input("documents") is not None, "attentions": attentions, "show": show(d)}
+
+
+def validate(body: Any) -> dict:
+    """POST /api/validate {design | text}: the design resolved, or its first error."""
+    body = _object(body, "")
+    _only(body, ("design", "text"), "")
+    return describe(_design_of(body))
+
+
+def analyze(body: Any) -> dict:
+    """POST /api/analyze {design, op}: the report, the walkthrough and the design's outline."""
+    d, op, _ = _request(body, ("op",))
+    report = _report(_key(d), op)
+    return {"report": report.to_json(), "walkthrough": walkthrough(d, report), "design": describe(d)}
+
+
+def rules(body: Any) -> dict:
+    """POST /api/rules {design, op}: every diagnostic, errors first."""
+    d, op, _ = _request(body, ("op",))
+    return {"diagnostics": [x.to_json() for x in _diagnostics(_key(d), op)]}
+
+
+def check_op(body: Any) -> dict:
+    """POST /api/operating-point {op}: the operating point as the engine reads it, or its error."""
+    body = _object(body, "")
+    _only(body, ("op",), "")
+    return {"op": operating_point(body.get("op")).to_json()}
+
+
+def preview(body: Any) -> dict:
+    """POST /api/preview {design, op, attention, cells, head}: one row's mask as kept fractions."""
+    d, op, body = _request(body, ("op", "attention", "cells", "head"))
+    attentions = d.attentions()
+    if not attentions:
+        raise TensorcadError("attention", "the design has no attention to preview")
+    index = body.get("attention", 0)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(attentions):
+        raise TensorcadError("attention", f"expected an integer in [0, {len(attentions) - 1}], got {index!r}")
+    attention, layers = attentions[index]
+    # Packing is a condition of training: only a mask that reads documents sees it.
+    packing = op.packing if reads_documents(attention) else None
+    row = sample_row(op.seq, packing, op.seed)
+    result = mask_preview(attention, row, body.get("cells", DEFAULT_CELLS), body.get("head", 0))
+    n = result.fractions.shape[0]
+    starts = [int(t) for t in (row.documents[1:] != row.documents[:-1]).nonzero()[0] + 1]
+    sample = ("one sampled row" if row.sampled else "one document fills the row")
+    return {
+        "attention": index, "path": attention.path, "layers": layers,
+        "keeps": to_text(attention.keep) if attention.keep is not None else "every score",
+        "seq": result.seq, "cells": n, "cellTokens": result.cell, "exact": result.exact,
+        "stride": result.stride, "sample": sample, "sampled": row.sampled,
+        "packing": None if packing is None else {"mean": packing.mean, "spread": packing.spread},
+        "documentStarts": starts[:4096], "documents": len(starts) + 1,
+        "fractions": [[round(float(x), 6) for x in line] for line in result.fractions],
+    }
+
+
+def catalog() -> dict:
+    """GET /api/catalog: every kind, as text and as a list."""
+    return {"text": catalog_text(), "kinds": [{"name": k.name, "doc": k.doc} for k in KINDS.values()]}

@@ -1,0 +1,198 @@
+"""The editor's HTTP server: the static front end and the JSON API, on 127.0.0.1 only.
+
+Standard library only (``http.server``). What it refuses, and why:
+
+- any host but 127.0.0.1 (``TensorcadError``): the editor is for the person
+  at this machine, and has no authentication;
+- a ``Host`` header naming anything but this machine (403), so a web page
+  that rebinds its own name to 127.0.0.1 cannot talk to it;
+- POST bodies that are not ``application/json`` (415), which a page from
+  another origin cannot send without asking first; bodies past
+  ``MAX_BODY`` (413) or without a length (411);
+- methods other than GET and POST (405);
+- any static path that is not one of the files shipped in ``static/``
+  (404): names are matched against the folder's listing, never joined
+  onto a path, so ``..`` cannot climb out.
+
+Bad input is HTTP 400 ``{"error": "path: message", "path": "path"}``, the
+``TensorcadError``'s own words; an unexpected failure is a 500 with one line
+(the traceback goes to the server's log, not to the page).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from tensorcad.errors import TensorcadError
+
+from . import api
+
+HOST = "127.0.0.1"
+MAX_BODY = 4 * 1024 * 1024
+STATIC = Path(__file__).resolve().parent / "static"
+TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
+         ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png"}
+# Nothing is fetched from anywhere but this server; inline scripts are not run.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; style-src 'self'; "
+                               "script-src 'self'; connect-src 'self'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def static_files() -> dict[str, Path]:
+    """The files the server may send, by name: exactly what ``static/`` holds."""
+    return {p.name: p for p in STATIC.iterdir() if p.is_file() and p.suffix in TYPES}
+
+
+class EditorServer(ThreadingHTTPServer):
+    daemon_threads = True
+    initial: dict | None = None  # the design the editor opens with, if one was given
+    files: dict[str, Path] = {}
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: EditorServer
+    server_version = "tensorcad-editor"
+    protocol_version = "HTTP/1.1"
+
+    GET_ROUTES: dict[str, Callable[["Handler", dict], Any]] = {
+        "/api/presets": lambda self, q: api.presets(),
+        "/api/design": lambda self, q: api.design(q.get("name", [None])[0]),
+        "/api/catalog": lambda self, q: api.catalog(),
+        "/api/initial": lambda self, q: {"design": self.server.initial},
+    }
+    POST_ROUTES: dict[str, Callable[[Any], Any]] = {
+        "/api/validate": api.validate,
+        "/api/analyze": api.analyze,
+        "/api/rules": api.rules,
+        "/api/preview": api.preview,
+        "/api/operating-point": api.check_op,
+    }
+
+    # -- responses -------------------------------------------------------------
+
+    def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for key, value in {**SECURITY_HEADERS, **(extra or {})}.items():
+            self.send_header(key, value)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, payload: Any, extra: dict | None = None) -> None:
+        self._send(status, json.dumps(payload).encode("utf-8"), "application/json", extra)
+
+    def _refuse(self, status: HTTPStatus, message: str, close: bool = False) -> None:
+        if close:
+            self.close_connection = True
+        self._json(status, {"error": message, "path": ""},
+                   {"Connection": "close"} if close else None)
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        if getattr(self.server, "verbose", False):
+            super().log_message(format, *args)
+
+    # -- guards ----------------------------------------------------------------
+
+    def _host_ok(self) -> bool:
+        host = (self.headers.get("Host") or "").strip().lower()
+        port = self.server.server_address[1]
+        return host in (f"{HOST}:{port}", f"localhost:{port}")
+
+    def _call(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._json(HTTPStatus.OK, fn())
+        except TensorcadError as e:
+            self._json(HTTPStatus.BAD_REQUEST, {"error": str(e), "path": e.path})
+        except Exception as e:  # a bug: one line to the page, the traceback to the log
+            traceback.print_exc(file=sys.stderr)
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR,
+                       {"error": f"internal error ({type(e).__name__}); see the server's log", "path": ""})
+
+    # -- methods ---------------------------------------------------------------
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        if not self._host_ok():
+            return self._refuse(HTTPStatus.FORBIDDEN, "this server answers only to 127.0.0.1")
+        url = urlsplit(self.path)
+        route = self.GET_ROUTES.get(url.path)
+        if route is not None:
+            query = parse_qs(url.query)
+            return self._call(lambda: route(self, query))
+        if url.path == "/":
+            return self._static("index.html")
+        if url.path.startswith("/static/"):
+            return self._static(unquote(url.path[len("/static/"):]))
+        self._refuse(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
+
+    def _static(self, name: str) -> None:
+        path = self.server.files.get(name)  # exact names only: no joining, no '..'
+        if path is None:
+            return self._refuse(HTTPStatus.NOT_FOUND, "no such file")
+        self._send(HTTPStatus.OK, path.read_bytes(), TYPES[path.suffix])
+
+    def do_POST(self) -> None:  # noqa: N802
+        if not self._host_ok():
+            return self._refuse(HTTPStatus.FORBIDDEN, "this server answers only to 127.0.0.1", close=True)
+        route = self.POST_ROUTES.get(urlsplit(self.path).path)
+        length_text = self.headers.get("Content-Length")
+        if length_text is None or not length_text.isdigit():
+            return self._refuse(HTTPStatus.LENGTH_REQUIRED, "a request body needs a Content-Length",
+                                close=True)
+        length = int(length_text)
+        if length > MAX_BODY:
+            # Not read: the connection is closed instead of draining megabytes.
+            return self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+                                f"request body of {length:,} bytes; at most {MAX_BODY:,}", close=True)
+        data = self.rfile.read(length)
+        if route is None:
+            return self._refuse(HTTPStatus.NOT_FOUND, f"no such endpoint: {self.path}")
+        kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
+        if kind != "application/json":
+            return self._refuse(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
+        try:
+            body = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            detail = f"{e.msg} at line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError) \
+                else "not UTF-8"
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not JSON: {detail}", "path": ""})
+        except RecursionError:
+            return self._json(HTTPStatus.BAD_REQUEST, {"error": "the request nests too deeply", "path": ""})
+        self._call(lambda: route(body))
+
+    def _not_allowed(self) -> None:
+        self._refuse(HTTPStatus.METHOD_NOT_ALLOWED, f"{self.command} is not allowed (GET, POST)")
+
+    do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+
+
+def make_server(design: Any = None, port: int = 0, host: str = HOST) -> tuple[EditorServer, str]:
+    """A server bound to 127.0.0.1 (not yet serving) and its URL; ``port=0`` picks a free port."""
+    if host != HOST:
+        raise TensorcadError("host", f"the editor listens on {HOST} only, not {host!r}")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise TensorcadError("port", f"expected an integer in [0, 65535], got {port!r}")
+    initial = None
+    if design is not None:
+        from tensorcad.design import load
+
+        initial = load(design).to_dict()  # a bad design fails here, before anything listens
+    try:
+        server = EditorServer((HOST, port), Handler)
+    except OSError as e:
+        raise TensorcadError("port", f"cannot listen on {HOST}:{port} ({e.strerror})") from None
+    server.initial = initial
+    server.files = static_files()
+    return server, f"http://{HOST}:{server.server_address[1]}/"
