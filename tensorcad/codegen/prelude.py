@@ -103,21 +103,40 @@ def _block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device):
     rows = B if reads or getattr(mask_mod, "uses_batch", True) else None
     heads = H if getattr(mask_mod, "uses_head", True) else None
     device = torch.device(device)
-    fingerprint = (
-        mask_mod.__code__, rows, heads, Q_LEN, KV_LEN, device,
-        tuple(id(t) for t in reads), tuple(t._version for t in reads),
-    )
+    fingerprint = (mask_mod.__code__, rows, heads, Q_LEN, KV_LEN, device)
+    states = tuple(_state_of(t) for t in reads)
     entry = _BLOCK_MASKS.get(mask_mod.__name__)
-    # The entry holds the tensors themselves, so an id in its fingerprint
-    # cannot be reused by a new tensor while the entry lives.
-    if entry is not None and entry[0] == fingerprint:
+    # The entry holds the tensors themselves, so `is` cannot match a new tensor
+    # that happens to reuse a freed one's memory.
+    if (
+        entry is not None
+        and entry[0] == fingerprint
+        and len(entry[2]) == len(reads)
+        and all(held is t for held, t in zip(entry[2], reads))
+        and all(_same_state(a, b) for a, b in zip(entry[3], states))
+    ):
         return entry[1]
     block_mask = _run_compiled(
         "create_block_mask", create_block_mask, "eager",
         mask_mod, rows, heads, Q_LEN, KV_LEN, device=device,
     )
-    _BLOCK_MASKS[mask_mod.__name__] = (fingerprint, block_mask, reads)
+    _BLOCK_MASKS[mask_mod.__name__] = (fingerprint, block_mask, reads, states)
     return block_mask
+
+
+def _state_of(t):
+    """What changes when t is edited in place: its version counter, or (for a
+    tensor made under torch.inference_mode, which keeps none) a copy of it."""
+    try:
+        return t._version
+    except RuntimeError:
+        return t.clone()
+
+
+def _same_state(a, b):
+    if isinstance(a, int) or isinstance(b, int):
+        return a == b
+    return torch.equal(a, b)
 
 
 def _needs_backward(q, k, v, score_mod):

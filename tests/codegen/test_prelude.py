@@ -224,6 +224,24 @@ def test_block_mask_built_once_per_forward_pass_across_8_layers(ns):
     assert len(ns["_BLOCK_MASKS"]) == 1
 
 
+def test_inference_mode_documents_share_and_rebuild_alike(ns):
+    # inference tensors keep no _version: an in-place edit must still rebuild
+    calls = count_builds(ns)
+    with torch.inference_mode():
+        documents = DOCUMENTS.clone()
+        for _ in range(8):
+            ns["_block_mask"](same_document(documents), 2, 1, T, T, "cpu")
+        assert len(calls) == 1
+        documents[0, 200:] += 1
+        ns["_block_mask"](same_document(documents), 2, 1, T, T, "cpu")
+        ns["_block_mask"](same_document(documents), 2, 1, T, T, "cpu")
+        assert len(calls) == 2
+        q, k, v = qkv(seed=16)
+        flex = ns["attend"](q, k, v, form="flex", mask_mod=same_document(documents))
+        eager = ns["attend"](q, k, v, form="eager", mask_mod=same_document(documents))
+    torch.testing.assert_close(eager, flex, rtol=0, atol=1e-5)
+
+
 def test_rebuilt_block_mask_follows_the_edited_documents(ns):
     documents = DOCUMENTS.clone()
     q, k, v = qkv(seed=6)
