@@ -289,7 +289,7 @@ class _Generator:
         if "documents" in roles:
             lines += [
                 "        if documents is None:",
-                '            raise ValueError("documents (B, T) is required: attention keeps documents apart")',
+                '            raise ValueError("pass documents (B, T): attention keeps them apart")',
             ]
         lines.append("        B, T = ids.shape")
         if self.uses_rope or any(n.kind == "pos_embedding" for n, _ in d.walk()):
@@ -358,7 +358,7 @@ class _Generator:
         if any("_relative_bucket(" in s for s in functions):
             out.append(("relative bucket", E.RELATIVE_BUCKET_SOURCE))
         if functions:
-            out.append(("masks", "\n\n".join(functions)))
+            out.append(("masks", "\n\n\n".join(f.rstrip("\n") for f in functions) + "\n"))
         for source in self.classes.sources():
             out.append(("class", source))
         out.append(("model", model))

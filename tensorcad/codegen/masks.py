@@ -83,7 +83,7 @@ def _emit(name: str, args: str, body: str, doc: str, reads: tuple[str, ...],
           comments: list[str], flags: list[str], factory: str | None) -> str:
     if factory is None:
         lines = comments + _body_lines(name, args, body, doc, "")
-        lines += [""] + [f"{name}.{flag}" for flag in flags]
+        lines += ["", ""] + [f"{name}.{flag}" for flag in flags]
         return "\n".join(lines).rstrip() + "\n"
     lines = comments + [f"def {factory}({', '.join(reads)}):",
                         f'    """Makes `{name}` over the (B, T) tensors it indexes."""', ""]
