@@ -6,6 +6,7 @@ the editor and the goldens all print them), in the proposal's camelCase.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from ..design import load
@@ -112,8 +113,31 @@ def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op:
 
 
 def analyze(design: Design | str | dict, op: OperatingPoint | None = None) -> Report:
+    """The report of a design at an operating point (its own context, unpacked, by default).
+
+    Reports are immutable and cached by the design's content and the operating
+    point, so the editor, the rules and the harness can ask again for nothing.
+    """
     design = load(design)
     op = op if op is not None else OperatingPoint(seq=design.context)
+    key = (json.dumps(design.source, sort_keys=True, default=_plain), op)
+    report = _CACHE.get(key)
+    if report is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        report = _CACHE[key] = _analyze(design, op)
+    return report
+
+
+_CACHE: dict = {}
+_CACHE_SIZE = 256
+
+
+def _plain(value):
+    return dict(value)  # the design's read-only mappings
+
+
+def _analyze(design: Design, op: OperatingPoint) -> Report:
     params = count_params(design)
     matmul = matmul_flops(params.matmul)
     flops = _flops(design, matmul, op.seq, None, op)
