@@ -1,0 +1,37 @@
+"""tensorcad's test harness: plain assertions, and the pytest plugin built on them.
+
+```python
+from harness import assert_isolated, assert_closed_form, assert_block_counts_agree
+assert_isolated(model_fn, ids, documents, positions=None)   # AssertionError naming the leak
+assert_closed_form(design, op, rel=0.02)
+assert_block_counts_agree(design, op, rows=64)
+```
+
+None of these needs pytest. Names load on first use, so the plugin (which
+pytest loads in every project that installs tensorcad) costs nothing until a
+test asks for it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "assert_isolated": "harness.assertions",
+    "assert_closed_form": "harness.assertions",
+    "assert_block_counts_agree": "harness.assertions",
+    "NoClosedForm": "harness.assertions",
+    "run_checks": "harness.checks",
+    "CheckResult": "harness.checks",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'harness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,131 @@
+"""Design files as pytest items: `pytest --tensorcad designs/` certifies every design under it.
+
+Each design file becomes the items of `harness.checks` (`rules`,
+`isolation[eager]`, ..., `export`), ids like `designs/my-model.json::isolation[flex]`,
+each carrying its category marker so `-m isolation` selects what gates CI.
+Items are `pytest.Function`s whose function is the check, so they get
+fixtures like any test: the golden items compare through syrupy's `snapshot`
+and `--snapshot-update` rewrites them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tensorcad.errors import TensorcadError
+
+from . import checks
+from .fixtures import Settings
+from .options import CHECKS, COLLECT_DEST, DESIGN_SUFFIXES, INI_DESIGNS, settings_from_options
+
+
+def design_roots(config: pytest.Config) -> list[Path]:
+    """The directories (or files) whose design files are collected: the option, then the ini key."""
+    given = [Path(p) for p in config.getoption(COLLECT_DEST) or []]
+    roots = [p if p.is_absolute() else Path(config.invocation_params.dir) / p for p in given]
+    roots += [Path(p) for p in config.getini(INI_DESIGNS)]
+    return [p.resolve() for p in roots]
+
+
+def add_design_args(config: pytest.Config) -> None:
+    """Make pytest walk the design roots too, unless a path it already walks holds them."""
+    roots = design_roots(config)
+    if not roots:
+        return
+    base = Path(config.invocation_params.dir)
+    walked = [(base / a.split("::")[0]).resolve() for a in config.args]
+    for root in roots:
+        if not root.exists():
+            raise pytest.UsageError(f"{INI_DESIGNS}: no such file or directory: {root}")
+        if not any(root == w or w in root.parents for w in walked):
+            config.args.append(str(root))
+
+
+def is_design_file(file_path: Path, config: pytest.Config) -> bool:
+    if file_path.suffix not in DESIGN_SUFFIXES:
+        return False
+    resolved = file_path.resolve()
+    return any(resolved == r or r in resolved.parents for r in design_roots(config))
+
+
+def collect_file(file_path: Path, parent: pytest.Collector) -> DesignFile | None:
+    if not is_design_file(file_path, parent.config):
+        return None
+    return DesignFile.from_parent(parent, path=file_path)
+
+
+def base_settings(config: pytest.Config) -> Settings:
+    """The settings the command line gives (the defaults unless a --tensorcad-* option is set)."""
+    try:
+        return Settings(**settings_from_options(config.getoption))
+    except TensorcadError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+class DesignFile(pytest.File):
+    """One design file: its checks, in order."""
+
+    def collect(self):
+        from .fixtures import resolve_design
+
+        try:
+            design = resolve_design(str(self.path))
+        except TensorcadError as error:
+            raise self.CollectError(f"{self.path.name}: {error}") from None
+        self.design = design
+        for name, category in CHECKS:
+            item = DesignCheck.from_parent(self, name=name, callobj=_function(name))
+            if category is not None:
+                item.add_marker(category)
+            item.add_marker("tensorcad")
+            yield item
+
+
+def _function(name: str):
+    # The function a check item runs: its signature asks for the fixtures it needs.
+    if name.startswith("golden"):
+        def tensorcad_golden_check(request, snapshot):
+            run_item(request.node, snapshot)
+
+        return tensorcad_golden_check
+
+    def tensorcad_check(request):
+        run_item(request.node, None)
+
+    return tensorcad_check
+
+
+def run_item(item: DesignCheck, snapshot: Any) -> None:
+    from .snapshot import assert_golden
+
+    config = item.config
+    root = config.rootpath
+
+    def golden(kind: str, name: str, data: Any) -> None:
+        assert_golden(snapshot, root, kind, name, data)
+
+    ctx = checks.Context(item.parent.design, base_settings(config), root, golden)
+    try:
+        item.outcome_message = checks.CHECKS[item.name](ctx)
+    except checks.Skipped as skip:
+        # Reported at the design's item, not at this line (as a skip marker would be).
+        raise pytest.skip.Exception(str(skip), _use_item_location=True) from None
+
+
+class DesignCheck(pytest.Function):
+    """A check of one design; a failure prints the check's own message, not a traceback."""
+
+    outcome_message = ""
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.path.name}::{self.name}"
+
+    def repr_failure(self, excinfo):
+        if self.name.startswith("golden"):
+            return self._repr_failure_py(excinfo, style="short")  # syrupy's diff of the golden
+        if excinfo.errisinstance((AssertionError, TensorcadError)):
+            return f"{self.parent.name}::{self.name}: {excinfo.value}"
+        return super().repr_failure(excinfo)

@@ -1,0 +1,129 @@
+"""Names of the plugin's command-line options, ini keys, markers and their defaults.
+
+Held here, not spelled out in the hooks, so the plugin, the collector, the
+docs and the tests all read one table (syrupy and hypothesis do the same).
+Importing this module imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+GROUP = "tensorcad"
+GROUP_DESCRIPTION = "tensorcad: certify designs and the models generated from them"
+
+# `pytest --tensorcad designs/` collects the design files under a directory.
+COLLECT = "--tensorcad"
+COLLECT_DEST = "tensorcad_collect"
+INI_DESIGNS = "tensorcad_designs"
+
+# The operating point and model every fixture and collected item uses unless a
+# `tensorcad` marker says otherwise.
+SEQ = "--tensorcad-seq"
+PACK = "--tensorcad-pack"
+SPREAD = "--tensorcad-spread"
+PARAMS = "--tensorcad-params"
+SEED = "--tensorcad-seed"
+FORMS = "--tensorcad-forms"
+ROWS = "--tensorcad-rows"
+BLOCK_ROWS = "--tensorcad-block-rows"
+SAMPLE = "--tensorcad-sample"
+
+DEFAULTS = {
+    "seq": 512,  # tokens a row, unless the design's context is shorter
+    "pack": 96.0,  # mean document length, tokens
+    "spread": 1.0,  # coefficient of variation of document length (0: fixed)
+    "params": 1_000_000,  # a design is scaled to about this many parameters before it is built
+    "seed": 0,
+    "forms": ("eager", "flex"),
+    "rows": 2,  # rows in the batch an isolation check perturbs
+    "block_rows": 8,  # rows whose block masks are compared with create_block_mask
+    "sample": 24,  # documents of the batch perturbed at most; more are sampled, seeded
+}
+
+FORM_NAMES = ("eager", "flex")
+
+# Marker keyword -> the settings field it sets.
+MARKER_KEYS = ("design", "seq", "pack", "spread", "params", "seed", "forms", "rows", "sample")
+
+MARKERS = {
+    "tensorcad": (
+        "tensorcad(design=..., seq=512, pack=96, spread=1.0, params=1_000_000, seed=0, "
+        "forms=('eager', 'flex')): configure the tensorcad_* fixtures of a test "
+        "(design: a preset name or a .json/.yaml path relative to the test file or rootdir; "
+        "pack=None turns packing off)"
+    ),
+    "isolation": "tensorcad category: packed documents never see each other (what gates CI)",
+    "closed_form": "tensorcad category: the engine's keys per query against a closed form",
+    "block_counts": "tensorcad category: the engine's block counts against create_block_mask",
+    "golden": "tensorcad category: analysis, rules and generated code against goldens under snapshots/",
+}
+
+# The checks a collected design file becomes, in order, and the category marker of each.
+CHECKS = (
+    ("rules", None),
+    ("isolation[eager]", "isolation"),
+    ("isolation[flex]", "isolation"),
+    ("closed-form", "closed_form"),
+    ("block-counts", "block_counts"),
+    ("golden[analysis]", "golden"),
+    ("golden[rules]", "golden"),
+    ("golden[codegen]", "golden"),
+    ("export", None),
+)
+CHECK_NAMES = tuple(name for name, _ in CHECKS)
+
+DESIGN_SUFFIXES = (".json", ".yaml", ".yml")
+
+
+def _forms(text: str) -> tuple[str, ...]:
+    forms = tuple(f.strip() for f in text.split(",") if f.strip())
+    bad = [f for f in forms if f not in FORM_NAMES]
+    if bad or not forms:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"forms are a comma-separated list of {', '.join(FORM_NAMES)}")
+    return forms
+
+
+def _pack(text: str) -> float | None:
+    return None if text.lower() in ("none", "off", "0") else float(text)
+
+
+def _sample(text: str) -> int | None:
+    return None if text.lower() in ("none", "all") else int(text)
+
+
+def add_options(parser) -> None:
+    """Register the `tensorcad` option group and the ini key (pytest's `parser`)."""
+    group = parser.getgroup(GROUP, GROUP_DESCRIPTION)
+    group.addoption(COLLECT, action="append", dest=COLLECT_DEST, default=[], metavar="DIR",
+                    help="collect every design file (.json/.yaml) under DIR as checks "
+                         "(rules, isolation, closed-form, block-counts, goldens, export)")
+    group.addoption(SEQ, type=int, default=None, metavar="N",
+                    help=f"tokens a row (default {DEFAULTS['seq']}, or a design's context when shorter)")
+    group.addoption(PACK, type=_pack, default=DEFAULTS["pack"], metavar="MEAN",
+                    help=f"mean packed document length; 'off' for one document a row (default {DEFAULTS['pack']:g})")
+    group.addoption(SPREAD, type=float, default=DEFAULTS["spread"], metavar="C",
+                    help="coefficient of variation of document length: 0 fixed, 1 exponential (default 1)")
+    group.addoption(PARAMS, type=int, default=DEFAULTS["params"], metavar="N",
+                    help=f"scale designs to about N parameters before building them (default {DEFAULTS['params']:,})")
+    group.addoption(SEED, type=int, default=DEFAULTS["seed"], metavar="N",
+                    help="seed of weights, packings and perturbations (default 0)")
+    group.addoption(FORMS, type=_forms, default=DEFAULTS["forms"], metavar="LIST",
+                    help="forms tensorcad_model is parametrized over (default eager,flex)")
+    group.addoption(ROWS, type=int, default=DEFAULTS["rows"], metavar="N",
+                    help=f"rows in a tensorcad_batch (default {DEFAULTS['rows']})")
+    group.addoption(BLOCK_ROWS, type=int, default=DEFAULTS["block_rows"], metavar="N",
+                    help=f"rows whose block masks block-counts compares (default {DEFAULTS['block_rows']})")
+    group.addoption(SAMPLE, type=_sample, default=DEFAULTS["sample"], metavar="N",
+                    help=f"perturb at most N documents of the batch, seeded; 'all' for every one (default {DEFAULTS['sample']})")
+    parser.addini(INI_DESIGNS, type="paths", default=[],
+                  help="directories (or files) of design files to collect as tensorcad checks")
+
+
+def settings_from_options(getoption) -> dict:
+    """The Settings fields the command line sets, from pytest's ``config.getoption``."""
+    return {
+        "seq": getoption(SEQ), "pack": getoption(PACK), "spread": getoption(SPREAD),
+        "params": getoption(PARAMS), "seed": getoption(SEED), "forms": getoption(FORMS),
+        "rows": getoption(ROWS), "block_rows": getoption(BLOCK_ROWS), "sample": getoption(SAMPLE),
+    }

@@ -1,0 +1,118 @@
+"""tensorcad's pytest plugin (entry point `pytest11`): options, markers, hooks and fixtures.
+
+Thin on purpose: every hook and fixture is one call into a plain module
+(`options`, `collect`, `fixtures`, `snapshot`). Loading it imports neither
+torch nor the engine, so a project that never uses it pays nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from . import options
+
+# Goldens compare with a bare `assert`; rewritten, a failure shows syrupy's diff.
+pytest.register_assert_rewrite("harness.snapshot")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    options.add_options(parser)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in options.MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}" if name != "tensorcad" else doc)
+    if options.INI_DESIGNS in config.inicfg or config.getoption(options.COLLECT_DEST):
+        from .collect import add_design_args
+
+        add_design_args(config)
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if file_path.suffix not in options.DESIGN_SUFFIXES:
+        return None
+    from .collect import collect_file
+
+    return collect_file(file_path, parent)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # tensorcad_model runs once per form: the marker's forms, else --tensorcad-forms.
+    if "tensorcad_form" in metafunc.fixturenames:
+        forms = _settings(metafunc.config, metafunc.definition).forms
+        metafunc.parametrize("tensorcad_form", forms, ids=list(forms))
+
+
+def _settings(config: pytest.Config, node: pytest.Item):
+    from tensorcad.errors import TensorcadError
+
+    from .collect import base_settings
+
+    marker = node.get_closest_marker("tensorcad")
+    if marker is not None and marker.args:
+        raise pytest.UsageError(f"{node.nodeid}: the tensorcad marker takes keywords only")
+    try:
+        return base_settings(config).with_marker(marker.kwargs if marker else {})
+    except TensorcadError as error:
+        raise pytest.UsageError(f"{node.nodeid}: {error}") from None
+
+
+@pytest.fixture
+def tensorcad_settings(request: pytest.FixtureRequest):
+    """The operating point and scale of this test: --tensorcad-* options, then its marker."""
+    return _settings(request.config, request.node)
+
+
+@pytest.fixture
+def tensorcad_design(request: pytest.FixtureRequest, tensorcad_settings):
+    """The marker's design, loaded (a preset name, or a path beside the test file or under rootdir)."""
+    from .fixtures import resolve_design
+
+    if tensorcad_settings.design is None:
+        raise pytest.UsageError(f"{request.node.nodeid}: mark it @pytest.mark.tensorcad(design=...)")
+    return resolve_design(tensorcad_settings.design, request.path.parent, request.config.rootpath)
+
+
+@pytest.fixture
+def tensorcad_operating_point(request: pytest.FixtureRequest, tensorcad_settings):
+    """OperatingPoint(seq, packing=Packing(pack, spread)) of this test (packing off when pack=None)."""
+    from .fixtures import operating_point
+
+    design = request.getfixturevalue("tensorcad_design") if tensorcad_settings.design else None
+    return operating_point(tensorcad_settings, design)
+
+
+@pytest.fixture
+def tensorcad_batch(tensorcad_design, tensorcad_settings):
+    """(ids, documents, positions), torch int64 (rows, seq), drawn by `tensorcad.packing.draw`."""
+    from .fixtures import draw_batch, scaled_design
+
+    return draw_batch(scaled_design(tensorcad_design, tensorcad_settings.params), tensorcad_settings)
+
+
+@pytest.fixture
+def tensorcad_form(tensorcad_settings) -> str:
+    """The form tensorcad_model is built in; parametrized over the marker's forms."""
+    return tensorcad_settings.forms[0]
+
+
+@pytest.fixture
+def tensorcad_model(tensorcad_design, tensorcad_settings, tensorcad_form):
+    """The generated model, scaled, built, seeded, in eval mode and in this test's form.
+
+    Called as ``model(ids, documents, positions)``; built once a session for each
+    design, scale and seed, and shared (the form is a switch on the same weights).
+    """
+    from .fixtures import build_model
+
+    return build_model(tensorcad_design, tensorcad_settings, tensorcad_form)
+
+
+@pytest.fixture
+def tensorcad_snapshot(snapshot, request: pytest.FixtureRequest):
+    """Goldens under the project's snapshots/: ``tensorcad_snapshot.analysis(design, op)`` etc."""
+    from .fixtures import Goldens
+
+    return Goldens(snapshot, request.config.rootpath)
