@@ -184,6 +184,17 @@ def cmd_mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_editor(args: argparse.Namespace) -> int:
+    from .editor import serve
+
+    if args.design is not None:
+        from .design import load
+
+        load(args.design)  # refuse a bad design here, in one line, before any server starts
+    serve(design=args.design, port=args.port, open_browser=not args.no_browser)
+    return 0
+
+
 def _runtime_command(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from . import runtime_cli
@@ -269,6 +280,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--params", type=int, default=2_000_000)
     p.add_argument("--json", action="store_true")
+    p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)
+    p.add_argument("design", nargs="?", help="a design to open (default: a preset picker)")
+    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
+    p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
     command("mcp", "Serve the engine as MCP tools over stdio (presets, catalog, show, analyze, rules, codegen).",
             cmd_mcp)
     return top
