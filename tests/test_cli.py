@@ -1,0 +1,46 @@
+"""The CLI's conventions: every command has --help; bad input is one line on stderr and exit 2."""
+
+import subprocess
+import sys
+
+import pytest
+
+from tensorcad.cli import parser
+
+COMMANDS = sorted(parser()._subparsers._group_actions[0].choices)
+
+
+def _run(*argv):
+    return subprocess.run([sys.executable, "-m", "tensorcad.cli", *argv], capture_output=True, text=True)
+
+
+def test_the_commands_are_the_documented_ones():
+    assert set(COMMANDS) == {"presets", "catalog", "show", "validate", "analyze", "rules", "codegen", "verify",
+                             "certify", "smoke-train", "trace", "editor", "mcp"}
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help(command):
+    run = _run(command, "--help")
+    assert run.returncode == 0 and run.stdout.startswith("usage: tensorcad " + command)
+
+
+@pytest.mark.parametrize("argv,text", [
+    (["frobnicate"], "invalid choice"),
+    (["analyze"], "the following arguments are required: design"),
+    (["analyze", "/no/such/design.json"], "no such file"),
+    (["analyze", "llama-4"], "neither a preset"),
+    (["show", "nano-sort", "--bogus"], "unrecognized arguments"),
+    (["codegen", "nano-sort", "--scale", "0"], "params"),
+    (["editor", "/no/such.yaml"], "no such file"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, text):
+    run = _run(*argv)
+    assert run.returncode == 2
+    assert len(run.stderr.splitlines()) == 1 and "Traceback" not in run.stderr
+    assert text in run.stderr
+
+
+def test_show_prints_the_tree():
+    run = _run("show", "gpt2-small")
+    assert run.returncode == 0 and "lm_head: linear 768->50257" in run.stdout
