@@ -53,7 +53,8 @@ function si(x, unit) {
 function duration(seconds) {
   if (seconds >= 2 * 86400) return `${fixed(seconds / 86400, 1)} days`;
   if (seconds >= 3600) return `${fixed(seconds / 3600, 1)} hours`;
-  return `${fixed(seconds, 0)} s`;
+  if (seconds >= 60) return `${fixed(seconds / 60, 1)} minutes`;
+  return `${fixed(seconds, seconds >= 1 ? 1 : 3)} s`;
 }
 
 const percent = (x) => `${fixed(100 * x, 1)}%`;
@@ -92,6 +93,7 @@ function showError(target, error) {
 function setStatus(text, busy = false) {
   $("status").textContent = text;
   $("status").classList.toggle("busy", busy);
+  if (busy) document.body.dataset.state = "busy";
 }
 
 function markStale(stale) {
@@ -172,12 +174,14 @@ async function restoreOp() {
   for (const key of Object.keys(op)) if (key in stored) op[key] = stored[key];
   let answer = await call("POST", "/api/operating-point", { op });
   if (!answer.ok && String(answer.data.path || "").startsWith("op.packing")) {
-    setStatus(`dropped the stored packing: ${answer.data.error}`);
+    $("op-notice").textContent = `Dropped a stored packing the engine refuses (${answer.data.error}).`;
+    $("op-notice").hidden = false;
     op.packing = null;
     answer = await call("POST", "/api/operating-point", { op });
   }
   if (!answer.ok) {
-    setStatus(`dropped the stored operating point: ${answer.data.error}`);
+    $("op-notice").textContent = `Dropped a stored operating point the engine refuses (${answer.data.error}).`;
+    $("op-notice").hidden = false;
     localStorage.removeItem(OP_KEY);
     return;
   }
@@ -188,9 +192,14 @@ async function restoreOp() {
 // -- the design --------------------------------------------------------------------
 
 async function loadPreset(name) {
+  clearTimeout(state.timer);
+  state.generation++;  // an answer still on its way is for the design being replaced
+  setStatus(`loading ${name}…`, true);
   const answer = await call("GET", `/api/design?name=${encodeURIComponent(name)}`);
   if (!answer.ok) {
     showError("design-error", answer.data);
+    setStatus("the preset could not be loaded");
+    document.body.dataset.state = "error";
     return;
   }
   const preset = state.presets.find((p) => p.name === name);
@@ -284,8 +293,9 @@ function renderReadout(report) {
   row("tokens", "training.tokens", t.tokens, si(t.tokens, ""), op.tokens ? "the budget" : "20 a parameter (Chinchilla)");
   row("time", "training.seconds", t.seconds, duration(t.seconds),
       `${int(op.gpus)} × ${op.hardware} at ${percent(op.mfu)} MFU`);
-  row("cost", "training.cost", t.cost, `$${int(t.cost)}`,
-      `${int(t.gpuHours)} GPU-hours at $${op.pricePerGpuHour}/hour`);
+  const money = (x) => (x >= 100 ? `$${int(x)}` : `$${fixed(x, 2)}`);
+  const hours = t.gpuHours >= 100 ? int(t.gpuHours) : fixed(t.gpuHours, 3);
+  row("cost", "training.cost", t.cost, money(t.cost), `${hours} GPU-hours at $${op.pricePerGpuHour}/hour`);
 
   section("serving");
   row("forward / token", "serving.fwdPerToken", s.fwdPerToken, si(s.fwdPerToken, "FLOP"), "one document a sequence");

@@ -1,0 +1,204 @@
+"""The editor in a real browser: Debian's chromium driven by Playwright (no browser download).
+
+Skipped when chromium or Playwright is missing, unless TENSORCAD_REQUIRE_BROWSER=1
+(CI sets it), which turns the skip into a failure. What the page shows is
+compared with what the API answers for the same design and operating point,
+and the preview's pixels with the fractions the server counted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from tensorcad.editor import api, make_server
+
+CHROMIUM = os.environ.get("TENSORCAD_CHROMIUM", "/usr/bin/chromium")
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+SCREENSHOT = Path(os.environ.get("TENSORCAD_SCREENSHOT", "/tmp/tensorcad-editor.png"))
+DOCS = "llama-3-8b-documents"
+TIMEOUT_MS = 20_000
+
+
+def _missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "the playwright package is not installed (pip install playwright)"
+    if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
+        return f"no chromium at {CHROMIUM} (apt-get install chromium)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    reason = _missing()
+    if reason:
+        if os.environ.get("TENSORCAD_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"TENSORCAD_REQUIRE_BROWSER=1 but {reason}")
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def url():
+    httpd, address = make_server()
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield address
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture
+def page(browser, url):
+    """A fresh page with its own storage; fails the test on any script error or failed request."""
+    context = browser.new_context(viewport={"width": 1500, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    problems: list[str] = []
+    page.on("pageerror", lambda e: problems.append(f"script error: {e}"))
+    page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
+    page.on("request", lambda r: None if r.url.startswith((url, "data:")) else problems.append(
+        f"fetched from elsewhere: {r.url}"))
+    page.goto(url)
+    _ready(page)
+    yield page
+    context.close()
+    assert not problems, problems
+
+
+def _ready(page) -> None:
+    """Wait until the answer to the latest edit has been drawn (the page marks itself busy
+    synchronously on every edit, so this never sees the state from before the edit)."""
+    # A selector, not a predicate: the page's CSP forbids the eval a predicate needs.
+    page.wait_for_selector("body[data-state='ready'], body[data-state='error']", state="attached")
+
+
+_settle = _ready
+
+
+def _pick(page, name: str) -> None:
+    page.select_option("#preset", name)
+    _settle(page)
+
+
+def _value(page, field: str) -> float:
+    return float(page.get_attribute(f"td.value[data-field='{field}']", "data-value"))
+
+
+def test_packed_readout_block_ratio_and_preview(page):
+    _pick(page, DOCS)
+    page.check("#pack")
+    page.fill("#docs", "1024")
+    page.fill("#spread", "0")
+    page.wait_for_selector("td.value[data-field='flops.packed.blockRatio']")
+    _settle(page)
+
+    expected = api.analyze({"design": DOCS, "op": {"seq": 8192, "packing": {"mean": 1024, "spread": 0}}})
+    packed = expected["report"]["flops"]["packed"]
+    assert _value(page, "flops.packed.blockRatio") == packed["blockRatio"]
+    assert page.inner_text("td.value[data-field='flops.packed.blockRatio']") == f"{packed['blockRatio']:.2f}×"
+    assert page.inner_text("td.value[data-field='flops.packed.blockRatio']") == "1.37×"
+    assert _value(page, "flops.packed.trainPerToken") == packed["trainPerToken"]
+    assert _value(page, "training.cost") == expected["report"]["training"]["cost"]
+    assert "the cost counts from this" in page.inner_text("tr[data-field='flops.packed.trainPerToken']")
+    assert "keeps packed documents apart" in page.inner_text("li[data-step='attention']")
+    assert "1.37x" in page.inner_text("li[data-step='attention']")
+    assert page.inner_text("tr[data-rule='document-blocks']").count("note") == 1
+
+    # The preview: one sampled row, each cell shaded by the fraction the server counted.
+    canvas = page.locator("#preview")
+    assert canvas.get_attribute("data-state") == "drawn"
+    assert page.inner_text("#preview-sample") == "one sampled row"
+    truth = api.preview({"design": DOCS, "op": {"seq": 8192, "packing": {"mean": 1024, "spread": 0}},
+                         "attention": 0, "cells": 128})
+    pixels = page.evaluate("""() => {
+        const c = document.getElementById('preview');
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        const n = 128, side = c.width / n, out = [];
+        for (let i = 0; i < n; i++) { const line = [];
+          for (let j = 0; j < n; j++) {
+            const x = Math.floor((j + 0.5) * side), y = Math.floor((i + 0.5) * side);
+            line.push(d[(y * c.width + x) * 4]); }
+          out.push(line); }
+        return out; }""")
+    kept_cells = 0
+    for i, line in enumerate(truth["fractions"]):
+        for j, fraction in enumerate(line):
+            # The red channel falls from 255 (nothing kept) to 31 (everything kept).
+            assert abs(pixels[i][j] - round(255 + (31 - 255) * fraction)) <= 1, (i, j, fraction)
+            kept_cells += fraction > 0
+    assert int(canvas.get_attribute("data-kept-cells")) == kept_cells
+    page.screenshot(path=str(SCREENSHOT), full_page=True)
+
+
+def test_packing_control_hides_for_a_design_without_documents_until_a_packing_is_set(page):
+    _pick(page, "llama-3-8b")
+    assert page.locator("#packing").is_hidden()
+    _pick(page, DOCS)
+    assert page.locator("#packing").is_visible()
+    page.check("#pack")
+    assert page.input_value("#spread") == "1"  # real corpora vary: spread starts at 1
+    _settle(page)
+    # Carried over to a design with no documents input, it stays in view to be taken off.
+    _pick(page, "llama-3-8b")
+    assert page.locator("#packing").is_visible()
+    assert "changes nothing" in page.inner_text("#packing-note")
+    assert page.locator("td.value[data-field='flops.packed.blockRatio']").count() == 0
+    page.uncheck("#pack")
+    _settle(page)
+    assert page.locator("#packing").is_hidden()
+    assert json.loads(page.evaluate("localStorage.getItem('tensorcad.op')"))["packing"] is None
+
+
+def test_a_stored_packing_the_engine_refuses_is_dropped_on_load(page):
+    op = {"seq": 8192, "hardware": "H100", "gpus": 64, "mfu": 0.4, "pricePerGpuHour": 2.5,
+          "packing": {"mean": -5, "spread": 1}}
+    page.evaluate(f"localStorage.setItem('tensorcad.op', {json.dumps(json.dumps(op))})")
+    page.reload()
+    _ready(page)
+    stored = json.loads(page.evaluate("localStorage.getItem('tensorcad.op')"))
+    assert stored["packing"] is None and stored["gpus"] == 64  # the rest is kept
+    assert not page.is_checked("#pack")
+    assert "Dropped a stored packing" in page.inner_text("#op-notice")
+    assert "op.packing.mean" in page.inner_text("#op-notice")
+
+
+def test_a_stored_packing_the_engine_accepts_shows_on_any_design(page):
+    _pick(page, "llama-3-8b")
+    op = {"seq": 8192, "packing": {"mean": 512, "spread": 1}}
+    page.evaluate(f"localStorage.setItem('tensorcad.op', {json.dumps(json.dumps(op))})")
+    page.reload()
+    _ready(page)
+    assert page.locator("#packing").is_visible() and page.is_checked("#pack")
+    assert page.input_value("#docs") == "512"
+
+
+def test_a_malformed_design_shows_the_error_and_keeps_the_text(page):
+    _pick(page, DOCS)
+    broken = page.input_value("#design").replace('"dim": 4096', '"dim": -4096', 1)
+    page.fill("#design", broken)
+    _settle(page)
+    error = page.locator("#design-error")
+    assert error.is_visible()
+    assert error.get_attribute("data-path").startswith("nodes[0]")
+    assert page.input_value("#design") == broken
+
+    not_json = broken[: len(broken) // 2]
+    page.fill("#design", not_json)
+    _settle(page)
+    assert "is not valid JSON" in page.inner_text("#design-error")
+    assert page.input_value("#design") == not_json
+    assert page.locator("#readout").get_attribute("class").split().count("stale") == 1
