@@ -1,0 +1,59 @@
+"""`pytest --tensorcad designs/`: each design file becomes its checks, ids readable, categories marked."""
+
+from __future__ import annotations
+
+CHECKS = ["rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",
+          "golden[analysis]", "golden[rules]", "golden[codegen]", "export"]
+
+
+def test_each_design_becomes_its_checks(project):
+    result = project.runpytest("--tensorcad", "designs", "--collect-only", "-q")
+    ids = [line for line in result.outlines if "::" in line]
+    assert ids == [f"designs/{name}.json::{check}" for name in ("tiny-documents", "tiny-plain")
+                   for check in CHECKS]
+
+
+def test_dash_m_isolation_selects_only_isolation_items(project):
+    result = project.runpytest("--tensorcad", "designs", "--collect-only", "-q", "-m", "isolation")
+    ids = [line for line in result.outlines if "::" in line]
+    assert ids == [f"designs/{name}.json::isolation[{form}]" for name in ("tiny-documents", "tiny-plain")
+                   for form in ("eager", "flex")]
+
+
+def test_categories_are_markers(project):
+    for marker, checks in (("closed_form", ["closed-form"]), ("block_counts", ["block-counts"]),
+                           ("golden", ["golden[analysis]", "golden[rules]", "golden[codegen]"])):
+        result = project.runpytest("--tensorcad", "designs/tiny-documents.json", "--collect-only", "-q",
+                                   "-m", marker)
+        assert [line.split("::")[1] for line in result.outlines if "::" in line] == checks
+
+
+def test_design_without_documents_skips_with_the_reason(project):
+    result = project.runpytest("--tensorcad", "designs/tiny-plain.json", "-m",
+                               "isolation or block_counts", "-rs")
+    result.assert_outcomes(skipped=3)
+    result.stdout.fnmatch_lines(["SKIPPED * tiny-plain has no documents input: no packed documents to check",
+                                 "SKIPPED * tiny-plain has no documents input: no document blocks to check"])
+
+
+def test_two_designs_certify(project):
+    # Goldens are written once, then every check passes (or skips where it does not apply).
+    project.runpytest("--tensorcad", "designs", "-m", "golden", "--snapshot-update").assert_outcomes(passed=6)
+    result = project.runpytest("--tensorcad", "designs", "-rs")
+    result.assert_outcomes(passed=15, skipped=3)
+    assert (project.path / "snapshots" / "analysis" / "tiny-documents.txt").is_file()
+    assert (project.path / "snapshots" / "codegen" / "tiny-plain.py").is_file()
+
+
+def test_a_bad_design_file_is_a_collection_error_naming_the_place(project):
+    (project.path / "designs" / "broken.json").write_text('{"name": "broken", "nodes": 3}')
+    result = project.runpytest("--tensorcad", "designs/broken.json")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*broken.json: *nodes*"])
+    result.stdout.no_fnmatch_line("*Traceback*")
+
+
+def test_other_json_files_are_not_collected(project):
+    (project.path / "package.json").write_text("{}")
+    result = project.runpytest("--tensorcad", "designs", "--collect-only", "-q", ".")
+    assert not [line for line in result.outlines if "package.json" in line]

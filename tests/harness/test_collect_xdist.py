@@ -1,0 +1,12 @@
+"""Collected designs under pytest-xdist: the same items on every worker, every check passes."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.mark.slow
+def test_two_designs_under_two_workers(project):
+    project.runpytest("--tensorcad", "designs", "-m", "golden", "--snapshot-update").assert_outcomes(passed=6)
+    result = project.runpytest_subprocess("--tensorcad", "designs", "-n", "2", "-p", "xdist")
+    result.assert_outcomes(passed=15, skipped=3)
