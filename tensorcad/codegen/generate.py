@@ -213,8 +213,9 @@ class _Generator:
                 if node.kind == "linear" and node.params["tie"] is not None:
                     init.append(f"        self.{name}.weight = self.{attr(node.params['tie'])}.weight")
         roles = self._roles_read()
-        signature = ["self", "ids"] + [f"{ROLE_ARGUMENT[r]}=None" for r in ("documents", "positions")
-                                       if d.input(r) is not None]
+        # The public contract: every generated model takes the same three arguments;
+        # one the design has no input for is refused rather than silently ignored.
+        signature = ["self", "ids", "documents=None", "positions=None"]
         lines = [
             "class Model(nn.Module):",
             f'    """{title_text(d.name)}: token ids (B, T) -> logits (B, T, V)."""',
@@ -291,6 +292,12 @@ class _Generator:
                 "        if documents is None:",
                 '            raise ValueError("pass documents (B, T): attention keeps them apart")',
             ]
+        for role in ("documents", "positions"):
+            if d.input(role) is None:
+                lines += [
+                    f"        if {role} is not None:",
+                    f'            raise ValueError("this design has no {role} input")',
+                ]
         lines.append("        B, T = ids.shape")
         if self.uses_rope or any(n.kind == "pos_embedding" for n, _ in d.walk()):
             lines += [

@@ -60,14 +60,19 @@ def test_forward_signature_follows_the_inputs(sources):
         forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
         return [a.arg for a in forward.args.args]
 
-    assert forward_args(sources["llama-3-8b"]) == ["self", "ids"]
-    assert forward_args(sources["llama-3-8b-documents"]) == ["self", "ids", "documents"]
+    # The public contract: one signature for every generated model; what the design
+    # has no input for is refused when passed (see test_build's contract test).
+    for source in sources.values():
+        assert forward_args(source) == ["self", "ids", "documents", "positions"]
 
 
 def test_no_positions_code_without_a_positions_input():
     for preset in ("llama-3-8b", "llama-3-8b-documents", "gpt2-small", "mistral-7b"):
         own = "\n".join(t for k, t in sections(tensorcad.load(preset)) if k not in VERBATIM)
         tree = ast.parse(own)
+        # Model.forward names positions only to refuse them; nothing else may.
+        tree.body = [n for n in tree.body if not (isinstance(n, ast.ClassDef) and n.name == "Model")]
+        assert 'raise ValueError("this design has no positions input")' in own
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
         names |= {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
         assert not names & {"positions", "pos"}

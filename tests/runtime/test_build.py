@@ -64,7 +64,7 @@ def test_preset_builds_and_forms_agree(preset):
     scaled, model = small(preset, 60_000, depth=2)
     assert sum(p.numel() for p in model.parameters()) == count_params(scaled).total
     args = list(inspect.signature(model.forward).parameters)
-    assert args == ["ids"] + (["documents"] if scaled.input("documents") else [])
+    assert args == ["ids", "documents", "positions"]
     ids = torch.randint(0, vocab(scaled), (2, 32), generator=torch.Generator().manual_seed(0))
     kwargs = {"documents": packed(32)[0]} if scaled.input("documents") else {}
     with torch.no_grad():
@@ -86,6 +86,9 @@ def test_contract_config_form_and_errors():
         model.form = "fused"
     with pytest.raises(ValueError, match="documents"):
         model(torch.zeros(1, 8, dtype=torch.long))
+    ids = torch.zeros(1, 8, dtype=torch.long)
+    with pytest.raises(ValueError, match="this design has no positions input"):
+        model(ids, torch.zeros_like(ids), positions=torch.arange(8)[None])
     with pytest.raises(tensorcad.TensorcadError):
         build(scaled, form="fast")
     assert load_module("X = 1").X == 1
