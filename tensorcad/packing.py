@@ -149,6 +149,29 @@ class Stream:
         rng.shuffle(starts)
         return cls(lengths=lengths, starts=starts, seq=seq)
 
+    def causal_keys_every_window(self) -> float:
+        """Document-causal keys per query, averaged over every window of the stream.
+
+        The mean over all ``total`` starts of the circular stream (not just the
+        rows drawn) of the keys ``doc(q) == doc(kv) & q >= kv`` keeps, which is
+        ``position + 1`` with positions restarting at the row's start: a query
+        ``t`` tokens into a row, ``a`` tokens into its document, keeps
+        ``min(a, t) + 1``. A uniform start makes every stream position
+        uniform, so the mean depends on the lengths alone, not their order:
+        ``1 + sum_d g(L_d, T) / (total * T)`` with
+        ``g(L, T) = sum_{t<T} sum_{a<L} min(a, t)``, O(documents). The
+        sampler takes it as its control variate's exact mean, which is what
+        takes the draw's row-to-row noise out (``docs/packing.md``).
+        """
+        length = self.lengths.astype(np.float64)
+        seq = float(self.seq)
+        # f(L, t) = sum_{a<L} min(a, t) is t(L - 1) - t(t - 1)/2 for t < L - 1
+        # and L(L - 1)/2 from then on; g sums it over t < T in closed form.
+        m = np.minimum(seq, length - 1)
+        rising = (length - 1) * m * (m - 1) / 2 - m * (m - 1) * (m - 2) / 6
+        flat = (seq - m) * length * (length - 1) / 2
+        return 1.0 + float((rising + flat).sum()) / (float(self.total) * seq)
+
     def boundaries(self) -> RowBoundaries:
         """Where each row's documents begin, without materialising the rows."""
         ends = np.cumsum(self.lengths)

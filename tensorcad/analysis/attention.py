@@ -40,7 +40,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tensorcad.design.expr import Box, Const, Env, Expr, Param, Read, evaluate, interval
-from tensorcad.design.expr.nodes import Binary, Call, Compare, Unary, walk
+from tensorcad.design.expr.nodes import Binary, Call, Compare, Unary, Var, walk
 from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import MAX_SEQ, Packing
@@ -124,21 +124,21 @@ def _sampled(keep: Expr | None, heads: int, roles: tuple[tuple[str, str], ...], 
     query_t = np.minimum(t, seq - 1).ravel()
     query_row = np.repeat(np.arange(rows.count), QUERIES)
     query_head = (strata % heads).ravel()
+    points = _Queries(keep, role_of, rows, query_row, query_head, query_t)
 
     owner, lo, hi = _bands(query_t, seq, forward=not causal)
     kept = np.zeros(len(query_t))
     budget = REFINE_BUDGET * len(owner)
     evaluated = 0
     while len(owner):
-        box = _box(keep, role_of, rows, query_row[owner], query_head[owner], query_t[owner], lo, hi)
-        verdict = interval(keep, box)
+        verdict = interval(keep, points.box(owner, lo, hi))
         evaluated += len(owner)
         width = hi - lo + 1
         always = np.broadcast_to(verdict.always, owner.shape)
         maybe = np.broadcast_to(verdict.maybe, owner.shape)
         kept += np.bincount(owner[always], weights=width[always], minlength=len(kept))
         split = maybe & (width > 1)
-        if evaluated + 4 * int(split.sum()) > budget:
+        if evaluated + 4 * int(np.count_nonzero(split)) > budget:
             # Out of budget: draw one key in each undecided band.
             draw_from = maybe
         else:
@@ -157,25 +157,112 @@ def _sampled(keep: Expr | None, heads: int, roles: tuple[tuple[str, str], ...], 
     return KeysEstimate(mean, False, stderr, evaluated)
 
 
+class _Queries:
+    """The sampled queries, with what the mask reads at each query looked up once.
+
+    A band's box gathers them by owner; only its keys' reads are looked up
+    per band. Everything the interval interpreter reads is float64 already,
+    so it converts nothing.
+    """
+
+    def __init__(self, keep: Expr, role_of: dict[str, str], rows: Rows, row: np.ndarray,
+                 head: np.ndarray, t: np.ndarray):
+        self.role_of, self.rows, self.row = role_of, rows, row
+        bare = bare_variables(keep)
+        self.b = row.astype(np.float64) if "b" in bare else None
+        self.h = head.astype(np.float64) if "h" in bare else None
+        self.q = t.astype(np.float64)
+        self.reads = _tensor_reads(keep)
+        self.at_query = {port: rows.at(role_of[port], row, t).astype(np.float64)
+                         for port, index in self.reads if index == "q"}
+
+    def box(self, owner: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> Box:
+        ranges = {}
+        r = self.row[owner]
+        for port, index in self.reads:
+            if index == "q":
+                value = self.at_query[port][owner]
+                ranges[(port, index)] = (value, value)
+            else:
+                low, high = self.rows.over(self.role_of[port], r, lo, hi)
+                ranges[(port, index)] = (low.astype(np.float64), high.astype(np.float64))
+        q = self.q[owner]
+        return Box(b=_gathered(self.b, owner), h=_gathered(self.h, owner), q=(q, q),
+                   kv=(lo.astype(np.float64), hi.astype(np.float64)), reads=ranges)
+
+
+def _gathered(values: np.ndarray | None, owner: np.ndarray):
+    # An index the mask never reads outside a tensor read: any value will do.
+    if values is None:
+        return _UNREAD
+    picked = values[owner]
+    return picked, picked
+
+
+_UNREAD = (np.float64(0.0), np.float64(0.0))
+
+
+def bare_variables(expr: Expr) -> frozenset[str]:
+    """The indices the expression reads other than as a tensor read's own (b, q|kv).
+
+    A documents or positions read is looked up per row before the interval
+    interpreter sees it, so ``doc(b, q)`` alone does not make a mask depend on
+    ``b``: rows holding the same documents are then the same row.
+    """
+    found: set[str] = set()
+
+    def visit(node: Expr) -> None:
+        if isinstance(node, Var):
+            found.add(node.name)
+        elif isinstance(node, Read) and not node.table:
+            return
+        for child in _children(node):
+            visit(child)
+
+    visit(expr)
+    return frozenset(found)
+
+
+def _children(node: Expr) -> tuple[Expr, ...]:
+    if isinstance(node, Unary):
+        return (node.operand,)
+    if isinstance(node, (Binary, Compare)):
+        return (node.left, node.right)
+    if isinstance(node, Call):
+        return tuple(node.args)
+    if isinstance(node, Read):
+        return tuple(node.index)
+    return ()
+
+
 def _control_variate(kept: np.ndarray, rows: Rows, query_row: np.ndarray,
                      query_t: np.ndarray) -> tuple[float, float]:
-    """The mean with the noise of where the queries fell taken out.
+    """The mean with the noise of where the queries fell, and of which rows were drawn, taken out.
 
-    Which queries land late in long documents is most of the sampler's noise
-    (phase 1 found 5% for exponential lengths). The keys a plain
-    document-causal mask would keep at the same queries, position + 1, have
-    an exact mean known from the rows' boundaries (sum of n(n + 1)/2 over the
-    pieces). The regression estimator mean(K) - beta (mean(C) - E[C]) is the
-    textbook control variate: unbiased up to O(1/n) for any mask, and the
-    better the closer the mask is to the control. ``stderr`` is the standard
-    error of the queries' residuals, K - beta C.
+    The keys a plain document-causal mask keeps at the same queries,
+    position + 1, are the control C. Its exact mean E[C] is known without
+    sampling: over every window of the stream the rows were cut from
+    (``Stream.causal_keys_every_window``; (T + 1)/2 for one document a row),
+    else over the given rows' own pieces (sum of n(n + 1)/2). The regression
+    estimator mean(K) - beta (mean(C) - E[C]) is the textbook control
+    variate: unbiased up to O(1/n) for any mask, and the better the closer the
+    mask is to the control. Taking E[C] over every window rather than the
+    1,024 rows drawn removes the rows' own noise too (which long documents
+    the row edges cut: 1.2% at 8 documents a row), leaving only that of the
+    difference K - beta C, which is 0 for a document-causal mask.
+    ``stderr`` is the standard error of the queries' residuals, K - beta C.
     """
     control = rows.at("positions", query_row, query_t).astype(np.float64) + 1
-    lengths, _ = rows.piece_lengths()
-    expected = float((lengths * (lengths + 1.0) / 2).sum()) / (rows.count * rows.seq)
+    if rows.causal_keys is not None:
+        expected = rows.causal_keys
+    else:
+        lengths, _ = rows.piece_lengths()
+        expected = float((lengths * (lengths + 1.0) / 2).sum()) / (rows.count * rows.seq)
     spread = control - control.mean()
-    var_c = float(spread @ spread)
-    beta = float(spread @ (kept - kept.mean())) / var_c if var_c > 0 else 0.0
+    # Sums of products, not ``@``: a BLAS dot on a shared machine can wait
+    # milliseconds on its threads for a few thousand numbers.
+    var_c = float((spread * spread).sum())
+    beta = float((spread * (kept - kept.mean())).sum()) / var_c if var_c > 0 else 0.0
     residual = kept - beta * control
     n = len(kept)
     mean = float(kept.mean()) - beta * (float(control.mean()) - expected)
@@ -211,14 +298,6 @@ def _split(owner: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     new_hi = np.minimum(new_lo + part[None, :] - 1, hi[None, :])
     ok = new_lo <= hi[None, :]
     return (np.broadcast_to(owner, new_lo.shape)[ok], new_lo[ok], new_hi[ok])
-
-
-def _box(keep: Expr, role_of: dict[str, str], rows: Rows, r, h, q, lo, hi) -> Box:
-    ranges = {}
-    for port, index in _tensor_reads(keep):
-        role = role_of[port]
-        ranges[(port, index)] = rows.over(role, r, q, q) if index == "q" else rows.over(role, r, lo, hi)
-    return Box(b=(r, r), h=(h, h), q=(q, q), kv=(lo, hi), reads=ranges)
 
 
 def _evaluate_at(keep: Expr, role_of: dict[str, str], rows: Rows, r, h, q, kv) -> np.ndarray:

@@ -50,7 +50,7 @@ from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import MAX_SEQ, Packing
 
-from .attention import ROWS, _tensor_reads, keys_per_query
+from .attention import ROWS, _gathered, _tensor_reads, bare_variables, keys_per_query
 from .rows import Rows, packed_rows, tensor_roles
 
 DEFAULT_BLOCK = 128
@@ -97,33 +97,106 @@ def block_counts(attention: Attention, seq: int, packing: Packing | None, seed: 
                  query_blocks: int | None = None) -> BlockCount:
     """Tiles the kernel computes for rows of ``seq`` tokens under ``packing`` (means a row)."""
     seq, block, rows = _positive(seq, "seq"), _positive(block, "block"), _positive(rows, "rows")
-    roles = tensor_roles(attention)
-    keep = attention.keep if attention.keep is not None else Const(True)
-    batch = packed_rows(seq, packing, int(seed), rows)
-    blocks = -(-seq // block)
-    if query_blocks is None:
-        query_blocks = blocks if blocks <= ALL_QUERY_BLOCKS else QUERY_BLOCKS
-    query_blocks = min(_positive(query_blocks, "query_blocks"), blocks)
+    if query_blocks is not None:
+        query_blocks = _positive(query_blocks, "query_blocks")
+    roles = tuple(sorted(tensor_roles(attention).items()))
+    # Everything the count depends on, hashable: the attention itself holds mappings.
+    key = (attention.keep, attention.heads, attention.causal, attention.window,
+           attention.mask is None, roles, seq, packing, int(seed), block, rows, query_blocks)
+    found = _CACHE.get(key)
+    if found is None:
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        found = _CACHE[key] = _count(attention, dict(roles), seq, packing, int(seed), block,
+                                     rows, query_blocks)
+    return found
 
-    rng = np.random.default_rng((int(seed), 3))
-    if query_blocks == blocks:
-        qb = np.broadcast_to(np.arange(blocks), (rows, blocks))
+
+_CACHE: dict = {}
+_CACHE_SIZE = 64
+
+
+def clear_caches() -> None:
+    """Forget every cached count (benchmarks time the cold path)."""
+    _CACHE.clear()
+
+
+def _count(attention: Attention, role_of: dict[str, str], seq: int, packing: Packing | None,
+           seed: int, block: int, rows: int, query_blocks: int | None) -> BlockCount:
+    keep = attention.keep if attention.keep is not None else Const(True)
+    bare = bare_variables(keep)
+    blocks = -(-seq // block)
+    if packing is None and "b" not in bare:
+        # Every row is the same one document, so rows differ only by their
+        # head: deciding one row a head decides them all, exactly.
+        distinct = attention.heads if "h" in bare else 1
+        batch = Rows.single_documents(distinct, seq)
+        share = np.bincount(np.arange(rows) % attention.heads, minlength=attention.heads)[:distinct]
+        weight = share / share.sum()
+        wanted = query_blocks or max(QUERY_BLOCKS, rows * QUERY_BLOCKS // distinct)
     else:
-        sub = np.argsort(rng.random((query_blocks, rows)), axis=1).T
-        strata = np.arange(query_blocks)[None, :] * rows + sub
-        place = (strata + rng.random(strata.shape)) * (blocks / (rows * query_blocks))
+        distinct = rows
+        batch = packed_rows(seq, packing, seed, rows)
+        weight = np.full(rows, 1.0 / rows)
+        wanted = query_blocks or (blocks if blocks <= ALL_QUERY_BLOCKS else QUERY_BLOCKS)
+    query_blocks = min(wanted, blocks)
+
+    rng = np.random.default_rng((seed, 3))
+    if query_blocks == blocks:
+        qb = np.broadcast_to(np.arange(blocks), (distinct, blocks))
+    else:
+        sub = np.argsort(rng.random((query_blocks, distinct)), axis=1).T
+        strata = np.arange(query_blocks)[None, :] * distinct + sub
+        place = (strata + rng.random(strata.shape)) * (blocks / (distinct * query_blocks))
         qb = np.minimum(np.floor(place).astype(np.int64), blocks - 1)
-    row = np.broadcast_to(np.arange(rows)[:, None], qb.shape)
+    row = np.broadcast_to(np.arange(distinct)[:, None], qb.shape)
     # A mask of heads: each head takes an equal share of the rows.
-    head = row % attention.heads if "h" in variables(keep) else np.zeros_like(row)
-    full, partial = _decide(keep, dict(roles), batch, row.ravel(), head.ravel(), qb.ravel(),
-                            block, seq)
+    head = row % attention.heads if "h" in bare else np.zeros_like(row)
+    full, partial = _decide(keep, role_of, batch, row.ravel(), head.ravel(), qb.ravel(), block, seq)
     scale = blocks / query_blocks
-    full_mean = float(full.sum()) * scale / rows
-    partial_mean = float(partial.sum()) * scale / rows
-    kept = _kept_per_row(attention, keep, dict(roles), batch, packing, int(seed))
-    return BlockCount(kept=float(kept.mean()), computed=(full_mean + partial_mean) * block * block,
+    full_row = full.reshape(qb.shape).sum(axis=1) * scale
+    partial_row = partial.reshape(qb.shape).sum(axis=1) * scale
+    kept_row = _kept_per_row(attention, keep, role_of, batch, packing, seed)
+    control = _ControlVariate(batch, weight)
+    full_mean, partial_mean = control.mean(full_row), control.mean(partial_row)
+    return BlockCount(kept=control.mean(kept_row),
+                      computed=(full_mean + partial_mean) * block * block,
                       full=full_mean, partial=partial_mean)
+
+
+class _ControlVariate:
+    """Means a row with the noise of which rows were drawn taken out.
+
+    The control is what a document-causal mask keeps in each row (sum of
+    n(n + 1)/2 over its pieces), whose mean over every window of the stream
+    the rows were cut from is known exactly (``Rows.causal_keys`` times the
+    row's length). Each per-row figure X is reported as the regression
+    estimate mean(X) - beta (mean(C) - E[C]), as the sampler does for keys
+    (``attention._control_variate``): the rows' own noise, which long
+    documents their edges cut, moves the tiles a row computes with the
+    scores it keeps. For one document a row every row's control is the same
+    and this is the plain mean.
+    """
+
+    def __init__(self, batch: Rows, weight: np.ndarray):
+        lengths, piece_row = batch.piece_lengths()
+        lengths = lengths.astype(np.float64)
+        control = np.bincount(piece_row, weights=lengths * (lengths + 1) / 2,
+                              minlength=batch.count)
+        self.weight = weight
+        self.control = control
+        self.control_mean = float((weight * control).sum())
+        self.expected = (batch.causal_keys * batch.seq if batch.causal_keys is not None
+                         else self.control_mean)
+        self.spread = control - self.control_mean
+        self.variance = float((weight * self.spread * self.spread).sum())
+
+    def mean(self, values: np.ndarray) -> float:
+        plain = float((self.weight * values).sum())
+        if self.variance <= 0:
+            return plain
+        beta = float((self.weight * self.spread * (values - plain)).sum()) / self.variance
+        return plain - beta * (self.control_mean - self.expected)
 
 
 def count_row_blocks(attention: Attention, documents: np.ndarray,
@@ -177,68 +250,93 @@ def tile_verdicts(attention: Attention, documents: np.ndarray, positions: np.nda
 
 def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, head: np.ndarray,
             qb: np.ndarray, block: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
-    """Full and partial tiles in each (row, head, query block), decided coarse to fine."""
+    """Full and partial tiles in each (row, head, query block), decided coarse to fine.
+
+    Every range the interpreter reads is float64 and gathered flat (one index
+    a box), so a level costs a handful of passes over its boxes.
+    """
+    f64 = np.float64
     blocks = -(-seq // block)
     entries = len(row)
-    full = np.zeros(entries, dtype=np.int64)
-    partial = np.zeros(entries, dtype=np.int64)
-    q_lo = qb * block
-    q_hi = np.minimum(q_lo + block, seq) - 1
+    q_lo = (qb * block).astype(f64)
+    q_hi = (np.minimum(qb * block + block, seq) - 1).astype(f64)
+    bare = bare_variables(keep)
+    b = row.astype(f64) if "b" in bare else None
+    h = head.astype(f64) if "h" in bare else None
     reads = _tensor_reads(keep)
-    q_reads = {(port, "q"): batch.over(role_of[port], row, q_lo, q_hi)
-               for port, index in reads if index == "q"}
     levels = 0
     while SPLIT**levels < blocks:
         levels += 1
-    # Each kv read's range over every run of SPLIT**k tiles, for every row: a
+    # Each read's range over every run of SPLIT**k tiles, for every row: a
     # pyramid of minima and maxima, so deciding a run never reads the row again.
     pyramids = {port: _pyramid(batch, role_of[port], block, seq, levels)
-                for port, index in reads if index == "kv"}
+                for port in sorted({port for port, _ in reads})}
+    q_reads = {}
+    for port, index in reads:
+        if index == "q":
+            lo, hi, groups = pyramids[port][0]
+            flat = row * groups + qb
+            q_reads[(port, "q")] = (lo[flat], hi[flat])
 
-    owner = np.arange(entries)
-    j_lo = np.zeros(entries, dtype=np.int64)
-    for level in range(levels, -1, -1):
-        span = SPLIT**level
-        j_hi = np.minimum(j_lo + span, blocks) - 1
-        r = row[owner]
+    # A causal mask keeps no key after its query: runs of tiles wholly after
+    # the query block are skipped unasked (the interpreter would say "never").
+    last_tile = qb if _keeps_only_the_past(keep) else np.full(entries, blocks - 1)
+    kv_reads = [port for port, index in reads if index == "kv"]
+    # A box of every key of a row is almost never decided: start a level down.
+    level = max(levels - 1, 0)
+    span = SPLIT**level
+    runs = -(-blocks // span)
+    owner = np.repeat(np.arange(entries), runs)
+    run = np.tile(np.arange(runs), entries)  # index of the run of SPLIT**level tiles
+    wanted = run <= last_tile[owner] // span
+    owner, run = owner[wanted], run[wanted]
+    full = np.zeros(entries, dtype=np.int64)
+    while True:
         box_reads = {key: (lo[owner], hi[owner]) for key, (lo, hi) in q_reads.items()}
-        for port, pyramid in pyramids.items():
-            lo, hi = pyramid[level]
-            group = j_lo // span
-            box_reads[(port, "kv")] = (lo[r, group], hi[r, group])
-        box = Box(b=(r, r), h=(head[owner], head[owner]), q=(q_lo[owner], q_hi[owner]),
-                  kv=(j_lo * block, np.minimum((j_hi + 1) * block, seq) - 1), reads=box_reads)
+        if kv_reads:
+            flat = row[owner] * -(-blocks // span) + run
+            for port in kv_reads:
+                lo, hi, _ = pyramids[port][level]
+                box_reads[(port, "kv")] = (lo[flat], hi[flat])
+        kv_lo = np.multiply(run, span * block, dtype=f64)
+        kv_hi = np.minimum(kv_lo + (span * block - 1), seq - 1)
+        box = Box(b=_gathered(b, owner), h=_gathered(h, owner), q=(q_lo[owner], q_hi[owner]),
+                  kv=(kv_lo, kv_hi), reads=box_reads)
         verdict = interval(keep, box)
         always = np.broadcast_to(verdict.always, owner.shape)
         maybe = np.broadcast_to(verdict.maybe, owner.shape)
-        full += np.bincount(owner[always], weights=(j_hi - j_lo + 1)[always],
-                            minlength=entries).astype(np.int64)
+        if blocks % span == 0:
+            full += np.bincount(owner[always], minlength=entries) * span
+        else:  # the last run of a row is short
+            width = np.minimum((run[always] + 1) * span, blocks) - run[always] * span
+            full += np.bincount(owner[always], weights=width, minlength=entries).astype(np.int64)
         if level == 0:
-            partial += np.bincount(owner[maybe], minlength=entries)
+            partial = np.bincount(owner[maybe], minlength=entries)
             break
-        child = span // SPLIT
-        children = j_lo[maybe][:, None] + np.arange(SPLIT)[None, :] * child
-        inside = children < blocks
-        owner = np.broadcast_to(owner[maybe][:, None], children.shape)[inside]
-        j_lo = children[inside]
-    return full, partial
+        level, span = level - 1, span // SPLIT
+        run = (run[maybe][:, None] * SPLIT + np.arange(SPLIT)[None, :]).ravel()
+        owner = np.repeat(owner[maybe], SPLIT)
+        wanted = run <= last_tile[owner] // span
+        owner, run = owner[wanted], run[wanted]
+    return full, partial.astype(np.int64)
 
 
 def _pyramid(batch: Rows, role: str, block: int, seq: int, levels: int):
-    """[(min, max) (rows, groups)] of ``role`` over runs of SPLIT**k tiles, k = 0..levels."""
-    blocks = -(-seq // block)
-    starts = np.arange(blocks) * block
-    ends = np.minimum(starts + block, seq) - 1
-    r = np.arange(batch.count)[:, None]
-    lo, hi = batch.over(role, r, starts[None, :], ends[None, :])
-    out = [(lo, hi)]
+    """[(min, max, groups)] of ``role`` over runs of SPLIT**k tiles, k = 0..levels.
+
+    min and max are flat float64 (rows * groups): run g of row r at r * groups + g.
+    """
+    lo, hi = batch.over_blocks(role, block)
+    lo, hi = lo.astype(np.float64), hi.astype(np.float64)
+    out = [(lo.ravel(), hi.ravel(), lo.shape[1])]
     for _ in range(levels):
         pad = -lo.shape[1] % SPLIT
-        lo = np.pad(lo, ((0, 0), (0, pad)), constant_values=np.iinfo(np.int64).max)
-        hi = np.pad(hi, ((0, 0), (0, pad)), constant_values=np.iinfo(np.int64).min)
+        if pad:
+            lo = np.pad(lo, ((0, 0), (0, pad)), constant_values=np.inf)
+            hi = np.pad(hi, ((0, 0), (0, pad)), constant_values=-np.inf)
         lo = lo.reshape(len(lo), -1, SPLIT).min(axis=2)
         hi = hi.reshape(len(hi), -1, SPLIT).max(axis=2)
-        out.append((lo, hi))
+        out.append((lo.ravel(), hi.ravel(), lo.shape[1]))
     return out
 
 
@@ -256,6 +354,11 @@ def _is_causal(expr: Expr) -> bool:
     return isinstance(expr, Compare) and (
         (expr.op == ">=" and expr.left == q and expr.right == kv)
         or (expr.op == "<=" and expr.left == kv and expr.right == q))
+
+
+def _keeps_only_the_past(keep: Expr) -> bool:
+    """Whether ``q >= kv`` is one of the mask's conjuncts (so no later key is ever kept)."""
+    return any(_is_causal(part) for part in _conjuncts(keep))
 
 
 def _is_same_document(expr: Expr, role_of: dict[str, str]) -> bool:

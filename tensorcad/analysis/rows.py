@@ -26,7 +26,7 @@ import numpy as np
 from tensorcad.design.model import Attention
 from tensorcad.design.expr import reads
 from tensorcad.errors import TensorcadError
-from tensorcad.packing import Packing, RowBoundaries, draw_boundaries
+from tensorcad.packing import Packing, RowBoundaries, Stream
 
 # The roles whose values the engine can make up for a packing.
 MADE_UP_ROLES = ("documents", "positions")
@@ -63,8 +63,13 @@ class Rows:
     of row indices and row offsets (broadcast together).
     """
 
-    def __init__(self, boundaries: RowBoundaries, positions: np.ndarray | None = None):
+    def __init__(self, boundaries: RowBoundaries, positions: np.ndarray | None = None,
+                 causal_keys: float | None = None):
         self.boundaries = boundaries
+        # Document-causal keys per query averaged over every row the rows were
+        # drawn from (every window of the stream), when known: the control
+        # variate's exact mean. None: the rows are all there is.
+        self.causal_keys = causal_keys
         self.count = boundaries.rows
         self.seq = boundaries.seq
         self._stride = self.seq + 1
@@ -87,7 +92,8 @@ class Rows:
         """One document a row: no boundaries, positions 0..T-1."""
         return cls(RowBoundaries(seq=seq, cuts=np.zeros(0, dtype=np.int64),
                                  offsets=np.zeros(rows + 1, dtype=np.int64),
-                                 first_age=np.zeros(rows, dtype=np.int64)))
+                                 first_age=np.zeros(rows, dtype=np.int64)),
+                   causal_keys=(seq + 1) / 2)
 
     @classmethod
     def from_arrays(cls, documents: np.ndarray, positions: np.ndarray | None = None) -> Rows:
@@ -165,6 +171,28 @@ class Rows:
             top[whole] = np.maximum(top[whole], longest - 1)
         return np.where(crossed, 0, p_lo), np.where(crossed, top, p_hi)
 
+    def over_blocks(self, role: str, block: int) -> tuple[np.ndarray, np.ndarray]:
+        """(min, max) (rows, blocks) of the role over each run of ``block`` offsets of every row.
+
+        For documents, one pass over the boundaries: the last document in block
+        i is the number of boundaries in blocks 0..i, the first one fewer
+        than that unless a boundary falls on the block's first offset.
+        """
+        blocks = -(-self.seq // block)
+        if role == "documents":
+            cuts = self.boundaries.cuts
+            row_of_cut = np.repeat(np.arange(self.count), np.diff(self._offsets))
+            cell = row_of_cut * blocks + cuts // block
+            inside = np.bincount(cell, minlength=self.count * blocks).reshape(self.count, blocks)
+            last = np.cumsum(inside, axis=1)
+            on_edge = np.zeros(self.count * blocks, dtype=np.int64)
+            on_edge[cell[cuts % block == 0]] = 1
+            return last - inside + on_edge.reshape(self.count, blocks), last
+        starts = np.arange(blocks, dtype=np.int64) * block
+        ends = np.minimum(starts + block, self.seq) - 1
+        r = np.arange(self.count)[:, None]
+        return self.over(role, r, starts[None, :], ends[None, :])
+
     def _segment_table(self) -> _SparseMax:
         # Lengths between consecutive boundaries; entries spanning two rows are
         # never queried, since a query's boundaries all lie in one row.
@@ -200,7 +228,9 @@ def packed_rows(seq: int, packing: Packing | None, seed: int, rows: int) -> Rows
     """The rows both the sampler and the block counter measure: one draw, cached."""
     if packing is None:
         return Rows.single_documents(rows, seq)
-    return Rows(draw_boundaries(rows, seq, packing.mean, packing.spread, seed))
+    # The very rows packing.draw_boundaries (and packing.draw) returns.
+    stream = Stream.build(rows, seq, packing.mean, packing.spread, seed)
+    return Rows(stream.boundaries(), causal_keys=stream.causal_keys_every_window())
 
 
 def tensor_roles(attention: Attention) -> Mapping[str, str]:
