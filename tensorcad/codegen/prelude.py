@@ -23,7 +23,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
+from torch.nn.attention.flex_attention import (
+    BlockMask,
+    create_block_mask,
+    flex_attention,
+)
 '''
 
 ATTENTION_RUNTIME = '''
@@ -62,9 +66,12 @@ COMPILE = {"flex_attention": True, "create_block_mask": True}
 # "eager-training-fallback".
 RUNTIME_PATHS = {}
 
-_COMPILED = {}      # name -> compiled callable, or None once compiling failed here
-_WARNED = set()     # messages already warned in this process
-_BLOCK_MASKS = {}   # mask name -> (fingerprint, BlockMask): one entry per mask
+# name -> compiled callable, or None once compiling failed here
+_COMPILED = {}
+# messages already warned in this process
+_WARNED = set()
+# mask name -> (fingerprint, BlockMask, tensors read, their states): one entry per mask
+_BLOCK_MASKS = {}
 
 
 def _warn_once(message):
@@ -103,7 +110,14 @@ def _block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device):
     rows = B if reads or getattr(mask_mod, "uses_batch", True) else None
     heads = H if getattr(mask_mod, "uses_head", True) else None
     device = torch.device(device)
-    fingerprint = (mask_mod.__code__, rows, heads, Q_LEN, KV_LEN, device)
+    # Numbers a mask closes over (a window, say) are part of what it keeps: two
+    # masks of one name that differ only there must not share a block mask.
+    captured = tuple(
+        cell.cell_contents
+        for cell in mask_mod.__closure__ or ()
+        if not isinstance(cell.cell_contents, torch.Tensor)
+    )
+    fingerprint = (mask_mod.__code__, captured, rows, heads, Q_LEN, KV_LEN, device)
     states = tuple(_state_of(t) for t in reads)
     entry = _BLOCK_MASKS.get(mask_mod.__name__)
     # The entry holds the tensors themselves, so `is` cannot match a new tensor
@@ -117,8 +131,15 @@ def _block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device):
     ):
         return entry[1]
     block_mask = _run_compiled(
-        "create_block_mask", create_block_mask, "eager",
-        mask_mod, rows, heads, Q_LEN, KV_LEN, device=device,
+        "create_block_mask",
+        create_block_mask,
+        "eager",
+        mask_mod,
+        rows,
+        heads,
+        Q_LEN,
+        KV_LEN,
+        device=device,
     )
     _BLOCK_MASKS[mask_mod.__name__] = (fingerprint, block_mask, reads, states)
     return block_mask
@@ -158,9 +179,17 @@ def attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
     if form not in ("flex", "eager"):
         raise ValueError(f"form must be 'flex' or 'eager', not {form!r}")
     if q.shape[1] % k.shape[1] != 0:
-        raise ValueError(f"{q.shape[1]} query heads do not share {k.shape[1]} key/value heads evenly")
-    if form == "flex" and q.device.type == "cpu" and _needs_backward(q, k, v, score_mod):
-        _warn_once("flex_attention has no backward on CPU; using the eager form for training")
+        raise ValueError(
+            f"{q.shape[1]} query heads do not share {k.shape[1]} key/value heads evenly"
+        )
+    if (
+        form == "flex"
+        and q.device.type == "cpu"
+        and _needs_backward(q, k, v, score_mod)
+    ):
+        _warn_once(
+            "flex_attention has no backward on CPU; using the eager form for training"
+        )
         RUNTIME_PATHS["attend"] = "eager-training-fallback"
         return _attend_eager(q, k, v, mask_mod, score_mod, scale)
     RUNTIME_PATHS["attend"] = form
@@ -172,10 +201,19 @@ def attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
 def _attend_flex(q, k, v, mask_mod, score_mod, scale):
     B, H, T, D = q.shape
     S = k.shape[-2]
-    block_mask = None if mask_mod is None else _block_mask(mask_mod, B, H, T, S, q.device)
+    block_mask = (
+        None if mask_mod is None else _block_mask(mask_mod, B, H, T, S, q.device)
+    )
     return _run_compiled(
-        "flex_attention", flex_attention, "uncompiled",
-        q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale,
+        "flex_attention",
+        flex_attention,
+        "uncompiled",
+        q,
+        k,
+        v,
+        score_mod=score_mod,
+        block_mask=block_mask,
+        scale=scale,
         enable_gqa=k.shape[1] != H,
     )
 
@@ -205,7 +243,9 @@ def _attend_eager(q, k, v, mask_mod, score_mod, scale):
     # A row that keeps no key gets 0, as FlexAttention gives it: its scores are
     # made finite so softmax (and its gradient) has no NaN, then zeroed.
     scores = scores.masked_fill(~keep, float("-inf")).masked_fill(~keeps_any, 0.0)
-    probs = F.softmax(scores.float(), dim=-1).masked_fill(~keep, 0.0).to(q.dtype)  # (B, H, T, S)
+    probs = (
+        F.softmax(scores.float(), dim=-1).masked_fill(~keep, 0.0).to(q.dtype)
+    )  # (B, H, T, S)
     return probs @ v  # (B, H, T, D)
 '''
 
@@ -216,12 +256,15 @@ ROTARY_RUNTIME = '''
 # LlamaRotaryEmbedding and apply_rotary_pos_emb compute it)
 # ---------------------------------------------------------------------------
 
+
 def rotary_tables(head_dim, max_len, theta=10000.0, device=None):
     """cos, sin of every position's angles: (max_len, D) each."""
     inv_freq = 1.0 / theta ** (
         torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim
     )  # (D/2,)
-    angles = torch.outer(torch.arange(max_len, dtype=torch.float32, device=device), inv_freq)
+    angles = torch.outer(
+        torch.arange(max_len, dtype=torch.float32, device=device), inv_freq
+    )
     angles = torch.cat((angles, angles), dim=-1)  # (max_len, D)
     return angles.cos(), angles.sin()
 

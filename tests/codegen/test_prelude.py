@@ -224,6 +224,22 @@ def test_block_mask_built_once_per_forward_pass_across_8_layers(ns):
     assert len(ns["_BLOCK_MASKS"]) == 1
 
 
+def test_masks_differing_only_in_a_captured_number_do_not_share(ns):
+    def window_of(w):
+        def sliding_window(b, h, q_idx, kv_idx):
+            return (q_idx >= kv_idx) & (q_idx - kv_idx < w)
+
+        sliding_window.uses_batch = sliding_window.uses_head = False
+        return sliding_window
+
+    builds = count_builds(ns)
+    wide = ns["_block_mask"](window_of(512), 1, 1, 1024, 1024, "cpu")
+    narrow = ns["_block_mask"](window_of(16), 1, 1, 1024, 1024, "cpu")
+    assert len(builds) == 2
+    assert narrow.to_dense().sum() < wide.to_dense().sum()
+    assert ns["_block_mask"](window_of(16), 1, 1, 1024, 1024, "cpu") is narrow  # same number: shared
+
+
 def test_inference_mode_documents_share_and_rebuild_alike(ns):
     # inference tensors keep no _version: an in-place edit must still rebuild
     calls = count_builds(ns)

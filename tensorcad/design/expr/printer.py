@@ -52,7 +52,9 @@ def _relative_bucket(relative_position, num_buckets: int, max_distance: int):
     is_small = n < max_exact
     ratio = torch.clamp(n, min=1).float() / max_exact  # clamp: no log(0), same result
     large = max_exact + (
-        torch.log(ratio) / math.log(max_distance / max_exact) * (num_buckets - max_exact)
+        torch.log(ratio)
+        / math.log(max_distance / max_exact)
+        * (num_buckets - max_exact)
     ).to(n.dtype)
     large = torch.clamp(large, max=num_buckets - 1)
     return torch.where(is_small, n, large)
