@@ -45,7 +45,7 @@ MaskFor = Callable[[torch.Tensor, torch.Tensor], Callable]  # (documents, positi
 # -- the model's own mask ------------------------------------------------------------
 
 
-def captured_masks(model: torch.nn.Module, inputs: tuple) -> list[Callable]:
+def captured_masks(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> list[Callable]:
     """The distinct mask_mods the model hands to ``attend`` in one forward pass, in call order.
 
     ``attend`` is looked up in the generated module's globals at call time, so
@@ -67,7 +67,7 @@ def captured_masks(model: torch.nn.Module, inputs: tuple) -> list[Callable]:
     namespace["attend"] = recording_attend
     try:
         with torch.no_grad():
-            model(*inputs)
+            model(**inputs)
     finally:
         namespace["attend"] = original
     return seen
@@ -104,14 +104,13 @@ def mask_factory(mask_mod: Callable, namespace: dict, inputs: dict[str, torch.Te
     return make
 
 
-def model_mask(model: torch.nn.Module, inputs: tuple, names: tuple[str, ...]) -> MaskFor | None:
+def model_mask(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> MaskFor | None:
     """The first attention's mask of a generated model, as a maker over new rows (None: no mask)."""
     masks = captured_masks(model, inputs)
     if not masks:
         return None
-    given = dict(zip(names, inputs))
     return mask_factory(masks[0], type(model).forward.__globals__,
-                        {"documents": given.get("documents"), "positions": given.get("positions")})
+                        {"documents": inputs.get("documents"), "positions": inputs.get("positions")})
 
 
 # -- the rows ------------------------------------------------------------------------

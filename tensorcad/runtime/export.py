@@ -21,12 +21,13 @@ class ExportResult:
     exported: bool
     ops: int  # call_function nodes in the exported graph
     seconds: float
+    attention: str | None  # the path attend took while tracing (RUNTIME_PATHS), e.g. "flex" or "eager"
     matches: bool | None  # the exported program's outputs equal the model's (None when not exported)
     largest_difference: float | None
     error: str | None  # first line of the failure
 
     def to_json(self) -> dict:
-        return {"form": self.form, "exported": self.exported, "ops": self.ops,
+        return {"form": self.form, "exported": self.exported, "ops": self.ops, "attention": self.attention,
                 "seconds": round(self.seconds, 3), "matches": self.matches,
                 "largestDifference": self.largest_difference, "error": self.error}
 
@@ -37,29 +38,37 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {line}"[:300]
 
 
-def export_form(model: torch.nn.Module, inputs: tuple, form: str, *, atol: float = 1e-5) -> ExportResult:
-    """Export ``model`` in ``form`` with ``inputs`` as its example arguments."""
+def export_form(model: torch.nn.Module, inputs: dict[str, torch.Tensor], form: str, *,
+                atol: float = 1e-5) -> ExportResult:
+    """Export ``model`` in ``form`` with ``inputs`` (forward's keyword arguments) as its example."""
     previous = getattr(model, "form", None)
+    paths = type(model).forward.__globals__.get("RUNTIME_PATHS", {})
     start = time.perf_counter()
     try:
         if previous is not None:
             model.form = form
-        with warnings.catch_warnings():
+        paths.pop("attend", None)
+        # Traced without grad: with it, the flex form on CPU would fall back to the eager
+        # arithmetic (flex_attention has no CPU backward) and "flex" would export eager.
+        with warnings.catch_warnings(), torch.no_grad():
             warnings.simplefilter("ignore")
-            program = torch.export.export(model, tuple(inputs))
-            with torch.no_grad():
-                expected = model(*inputs)
-                got = program.module()(*inputs)
+            program = torch.export.export(model, (), kwargs=dict(inputs))
+        attention = paths.get("attend")
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            expected = model(**inputs)
+            got = program.module()(**inputs)
         ops = sum(1 for node in program.graph.nodes if node.op == "call_function")
         difference = float((got - expected).abs().max()) if got.shape == expected.shape else float("inf")
-        return ExportResult(form, True, ops, time.perf_counter() - start,
+        return ExportResult(form, True, ops, time.perf_counter() - start, attention,
                             difference <= atol, difference, None)
     except Exception as error:  # noqa: BLE001 - any failure to export is the finding
-        return ExportResult(form, False, 0, time.perf_counter() - start, None, None, first_line(error))
+        return ExportResult(form, False, 0, time.perf_counter() - start, paths.get("attend"), None, None,
+                            first_line(error))
     finally:
         if previous is not None:
             model.form = previous
 
 
-def export_model(model: torch.nn.Module, inputs: tuple, forms=("eager", "flex")) -> list[ExportResult]:
+def export_model(model: torch.nn.Module, inputs: dict[str, torch.Tensor], forms=("eager", "flex")) -> list[ExportResult]:
     return [export_form(model, inputs, form) for form in forms]

@@ -69,14 +69,14 @@ class FlopProfile:
         }
 
 
-def count_flops(model: torch.nn.Module, inputs: tuple) -> dict[str, int]:
+def count_flops(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
     """FlopCounterMode's count of one forward pass of the eager form, by op name."""
     form = getattr(model, "form", None)
     try:
         if form is not None:
             model.form = "eager"
         with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(*inputs)
+            model(**inputs)
     finally:
         if form is not None:
             model.form = form
@@ -88,12 +88,14 @@ def dense_attention_flops(design: Design, rows: int, seq: int) -> int:
     return sum(layers * 4 * seq * seq * a.head_dim * a.heads * rows for a, layers in design.attentions())
 
 
-def profile(model: torch.nn.Module, design: Design, inputs: tuple, packing=None, seed: int = 0) -> FlopProfile:
-    """Count a forward pass of ``model`` (built from ``design``) on ``inputs`` and set it beside the analysis."""
+def profile(model: torch.nn.Module, design: Design, inputs: dict[str, torch.Tensor], packing=None,
+            seed: int = 0) -> FlopProfile:
+    """Count a forward pass of ``model`` (built from ``design``) on ``inputs`` (forward's keyword
+    arguments: ids, and documents / positions as the design takes them) beside the analysis."""
     from tensorcad.analysis.operating_point import OperatingPoint
     from tensorcad.analysis.report import analyze
 
-    ids = inputs[0]
+    ids = inputs["ids"]
     rows, seq = (int(n) for n in ids.shape)
     by_op = count_flops(model, inputs)
     matmul = sum(n for op, n in by_op.items() if op in MATMUL_OPS)

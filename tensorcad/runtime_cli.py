@@ -1,0 +1,176 @@
+"""The runtime's commands: `tensorcad verify | certify | smoke-train | trace`.
+
+`cli.py` parses the options and dispatches here lazily, so torch loads only for
+these commands. Each returns an exit code: 0 when every check passes, 1 when
+one fails; bad input raises TensorcadError, which `cli.main` prints as one line
+and turns into 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from typing import Any
+
+from .errors import TensorcadError
+
+EXIT_FAILED = 1
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def _packing(args: argparse.Namespace):
+    from .packing import Packing
+
+    if args.pack_spread is not None and args.pack is None:
+        raise TensorcadError("--pack-spread", "needs --pack MEAN")
+    if args.pack is None:
+        return None
+    return Packing(args.pack, 1.0 if args.pack_spread is None else args.pack_spread)
+
+
+def _status_text(status: str) -> str:
+    return {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "skipped": "[yellow]skipped[/]"}[status]
+
+
+def _checks_table(title: str, rows: list[tuple[str, str, str, str]]):
+    from rich.table import Table
+
+    table = Table("check", "status", "seconds", "what it showed", title=title, box=None, title_justify="left")
+    for name, status, seconds, message in rows:
+        table.add_row(name, _status_text(status), seconds, message)
+    return table
+
+
+def _with_progress(quiet: bool, total: int, work):
+    """Run work(progress) with a rich progress bar on a terminal; quietly otherwise."""
+    if quiet or not sys.stderr.isatty():
+        return work(None)
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("starting", total=total)
+
+        def progress(name: str, done: int, count: int) -> None:
+            bar.update(task, description=name, completed=done, total=count)
+
+        return work(progress)
+
+
+# -- verify ----------------------------------------------------------------------------
+
+
+def verify(args: argparse.Namespace) -> int:
+    from .design import load
+    from .runtime.verify import CHECKS, verify as run_verify
+
+    design = load(args.design)
+    packing = _packing(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = _with_progress(args.json, len(CHECKS), lambda progress: run_verify(
+            design, seq=args.seq, packing=packing, params=args.params, seed=args.seed, progress=progress))
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        pack = report.packing
+        title = (f"{report.design} scaled to {report.params:,} parameters, {report.rows} rows of {report.seq} "
+                 f"tokens" + (f", documents averaging {pack.mean:g} (spread {pack.spread:g})" if pack else ""))
+        console = _console()
+        console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message)
+                                            for c in report.checks]))
+        for c in report.failures:
+            console.print(f"[bold red]{c.name} failed:[/] {c.message}")
+    return 0 if report.passed else EXIT_FAILED
+
+
+# -- certify ---------------------------------------------------------------------------
+
+
+def certify(args: argparse.Namespace) -> int:
+    """The harness's item checks (`pytest --tensorcad`), run without pytest."""
+    from harness.checks import run_checks
+    from harness.fixtures import Settings
+    from harness.options import CHECK_NAMES
+
+    from .design import load
+
+    # Goldens are snapshot files a pytest run owns (and updates with --snapshot-update).
+    names = [n for n in CHECK_NAMES if not n.startswith("golden[")]
+    designs = [load(name) for name in args.designs]  # every name checked before any runs
+    results = []
+    for design in designs:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            items = _with_progress(args.json, len(names), lambda progress: _certify_one(
+                run_checks, Settings(seq=args.seq), design, names, progress))
+        results.append((design.name, items))
+    failed = any(item.outcome == "failed" for _, items in results for item in items)
+    if args.json:
+        _print_json([{"design": name, "passed": all(i.outcome != "failed" for i in items),
+                      "checks": [i.to_json() for i in items]} for name, items in results])
+        return EXIT_FAILED if failed else 0
+    console = _console()
+    for name, items in results:
+        console.print(_checks_table(name, [(i.name, i.outcome, f"{i.seconds:.1f}", i.message) for i in items]))
+    console.print("golden[analysis], golden[rules], golden[codegen] run under pytest only "
+                  "(pytest --tensorcad DIR): goldens are snapshot files a test run owns")
+    return EXIT_FAILED if failed else 0
+
+
+def _certify_one(run_checks, settings, design, names, progress):
+    items = []
+    for done, name in enumerate(names):
+        if progress is not None:
+            progress(f"{design.name}: {name}", done, len(names))
+        items.extend(run_checks(design, settings, only=[name]))
+    return items
+
+
+# -- smoke-train -----------------------------------------------------------------------
+
+
+def smoke_train(args: argparse.Namespace) -> int:
+    from .design import load
+    from .runtime.smoke_train import smoke_train as run_training
+
+    design = load(args.design)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_training(design, steps=args.steps, params=args.params, seed=args.seed)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        console = _console()
+        console.print(result.summary())
+    return 0 if result.passed else EXIT_FAILED
+
+
+# -- trace -----------------------------------------------------------------------------
+
+
+def trace(args: argparse.Namespace) -> int:
+    from .design import load
+    from .runtime.trace import render, trace as run_trace
+
+    design = load(args.design)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_trace(design, seq=args.seq, params=args.params)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        _console().print(render(result))
+    return 0 if result.passed else EXIT_FAILED
