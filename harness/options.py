@@ -127,3 +127,9 @@ def settings_from_options(getoption) -> dict:
         "params": getoption(PARAMS), "seed": getoption(SEED), "forms": getoption(FORMS),
         "rows": getoption(ROWS), "block_rows": getoption(BLOCK_ROWS), "sample": getoption(SAMPLE),
     }
+
+
+def default_settings() -> dict:
+    """What ``settings_from_options`` gives when no --tensorcad-* option is set."""
+    return {"seq": None, **{k: DEFAULTS[k] for k in ("pack", "spread", "params", "seed", "forms", "rows",
+                                                      "block_rows", "sample")}}

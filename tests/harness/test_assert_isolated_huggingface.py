@@ -1,0 +1,57 @@
+"""A Hugging Face LlamaForCausalLM (tiny, random, CPU) with a block-diagonal 4D mask is isolated."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import assert_isolated
+from tensorcad.packing import draw
+
+transformers = pytest.importorskip("transformers")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    config = transformers.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=128,
+                                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                      max_position_embeddings=256)
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+@pytest.fixture(scope="module")
+def batch():
+    documents, positions = draw(2, 128, 24, 1.0, seed=0)
+    ids = torch.randint(0, 128, (2, 128), generator=torch.Generator().manual_seed(0))
+    return ids, torch.from_numpy(documents), torch.from_numpy(positions)
+
+
+def block_diagonal(documents: torch.Tensor) -> torch.Tensor:
+    """(B, 1, T, T) additive mask: 0 where a query may see a key (same document, not later)."""
+    T = documents.shape[1]
+    keep = (documents[:, :, None] == documents[:, None, :]) & torch.ones(T, T, dtype=torch.bool).tril()
+    return torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)[:, None]
+
+
+def test_collator_positions_are_the_engines(batch):
+    # DataCollatorWithFlattening restarts position ids at every document; so does packing.draw.
+    from tensorcad.packing import positions_of
+
+    assert torch.equal(batch[2], torch.from_numpy(positions_of(batch[1].numpy())))
+
+
+def test_llama_with_the_document_mask_is_isolated(llama, batch):
+    def model_fn(ids, documents, positions):
+        return llama(input_ids=ids, attention_mask=block_diagonal(documents), position_ids=positions)
+
+    (result,) = assert_isolated(model_fn, *batch, vocab=128)
+    assert result.passed and result.perturbed == result.documents
+
+
+def test_llama_without_the_mask_is_caught(llama, batch):
+    def model_fn(ids, documents, positions):
+        return llama(input_ids=ids, position_ids=positions)
+
+    with pytest.raises(AssertionError, match=r"changing document \d+ of row \d+ moved document \d+"):
+        assert_isolated(model_fn, *batch, vocab=128)
