@@ -26,6 +26,19 @@ documents and positions nearly every band is decided, which is what takes
 fixed 1,024-token documents at 8,192 from the half-percent noise of plain
 band sampling to within 0.1% of the exact phase average.
 
+The mean is a control-variate estimate (``_control_variate``). The control
+is what a plain document-causal mask keeps at the same queries, position + 1;
+its exact mean is taken over every window of the stream the rows were cut
+from (``packing.Stream.causal_keys_every_window``, O(documents)), not over the
+1,024 rows drawn. The rows' own noise (which long documents their edges cut:
++2.4% at 8,192 tokens in 1,024-token exponential documents at seed 0, 1.2%
+across seeds) is thereby taken out; the sampler measures only what the mask
+keeps beyond the control. For a document-causal mask that difference is 0 and
+the figure is the exact count over every window: within 0.04% of
+``closed_form.edge_corrected`` at every (T, mu, c) the tests hold it to (the
+residue is the strata's rounding of the long tail), and never computed from
+it.
+
 A mask of positions alone (causal, a window, or nothing) is counted by
 formula instead (``exact=True``); ``force_sampling`` makes it go through
 the sampler, so tests can hold the sampler to the same numbers.
@@ -136,15 +149,16 @@ def _sampled(keep: Expr | None, heads: int, roles: tuple[tuple[str, str], ...], 
         width = hi - lo + 1
         always = np.broadcast_to(verdict.always, owner.shape)
         maybe = np.broadcast_to(verdict.maybe, owner.shape)
-        kept += np.bincount(owner[always], weights=width[always], minlength=len(kept))
-        split = maybe & (width > 1)
-        if evaluated + 4 * int(np.count_nonzero(split)) > budget:
+        kept += np.bincount(owner, weights=width * always, minlength=len(kept))
+        # Indices, not boolean masks: numpy gathers by index many times faster.
+        split = np.flatnonzero(maybe & (width > 1))
+        if evaluated + 4 * len(split) > budget:
             # Out of budget: draw one key in each undecided band.
             draw_from = maybe
         else:
             draw_from = maybe & (width == 1)
-        if draw_from.any():
-            picked = np.flatnonzero(draw_from)
+        picked = np.flatnonzero(draw_from)
+        if len(picked):
             key_t = lo[picked] + np.floor(rng.random(len(picked)) * width[picked]).astype(np.int64)
             value = _evaluate_at(keep, role_of, rows, query_row[owner[picked]],
                                  query_head[owner[picked]], query_t[owner[picked]], key_t)
@@ -278,12 +292,12 @@ def _bands(query_t: np.ndarray, seq: int, forward: bool):
     while start <= seq - 1:
         hi = query_t - start
         lo = np.maximum(hi - width + 1, 0)
-        ok = hi >= 0
+        ok = np.flatnonzero(hi >= 0)
         owners.append(index[ok]), los.append(lo[ok]), his.append(hi[ok])
         if forward and start > 0:  # the band of width 1 is the query, counted once
             lo = query_t + start
             hi = np.minimum(lo + width - 1, seq - 1)
-            ok = lo <= seq - 1
+            ok = np.flatnonzero(lo <= seq - 1)
             owners.append(index[ok]), los.append(lo[ok]), his.append(hi[ok])
         start += width
         width *= BAND_GROWTH
@@ -293,11 +307,15 @@ def _bands(query_t: np.ndarray, seq: int, forward: bool):
 def _split(owner: np.ndarray, lo: np.ndarray, hi: np.ndarray):
     """Each band cut in four (the last parts may be empty, and are dropped)."""
     part = -(-(hi - lo + 1) // BAND_GROWTH)
-    k = np.arange(BAND_GROWTH)[:, None]
-    new_lo = lo[None, :] + k * part[None, :]
-    new_hi = np.minimum(new_lo + part[None, :] - 1, hi[None, :])
-    ok = new_lo <= hi[None, :]
-    return (np.broadcast_to(owner, new_lo.shape)[ok], new_lo[ok], new_hi[ok])
+    # Filled a column at a time: much faster than broadcasting an (n, 4) sum.
+    new_lo = np.empty((len(lo), BAND_GROWTH), dtype=np.int64)
+    new_hi = np.empty_like(new_lo)
+    for k in range(BAND_GROWTH):
+        np.add(lo, k * part, out=new_lo[:, k])
+        np.minimum(new_lo[:, k] + part - 1, hi, out=new_hi[:, k])
+    new_lo, new_hi = new_lo.ravel(), new_hi.ravel()
+    ok = np.flatnonzero(new_lo <= new_hi)
+    return np.repeat(owner, BAND_GROWTH)[ok], new_lo[ok], new_hi[ok]
 
 
 def _evaluate_at(keep: Expr, role_of: dict[str, str], rows: Rows, r, h, q, kv) -> np.ndarray:

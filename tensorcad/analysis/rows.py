@@ -129,10 +129,10 @@ class Rows:
         """
         key = r * self._stride + t
         index = self._bucket_table()[key >> _BUCKET_BITS]
-        ahead = self._padded_keys[index] <= key
-        while ahead.any():
+        ahead = np.flatnonzero(self._padded_keys[index] <= key)
+        while len(ahead):
             index[ahead] += 1
-            ahead[ahead] = self._padded_keys[index[ahead]] <= key[ahead]
+            ahead = ahead[self._padded_keys[index[ahead]] <= key[ahead]]
         return index
 
     def _bucket_table(self) -> np.ndarray:
