@@ -1,0 +1,48 @@
+"""run_checks: what `tensorcad certify` prints, without pytest: (name, outcome, message, seconds)."""
+
+from __future__ import annotations
+
+import json
+
+from harness import run_checks
+from harness.checks import CHECKS, golden_data
+from harness.fixtures import Settings
+from harness.snapshot import golden_text
+
+
+def test_every_check_in_order_with_skips_reported_as_skips(tmp_path, design_texts):
+    path = tmp_path / "plain.json"
+    path.write_text(design_texts["plain"])
+    results = run_checks(str(path), root=tmp_path)
+    assert [r.name for r in results] == list(CHECKS)
+    outcome = {r.name: r.outcome for r in results}
+    assert outcome["isolation[eager]"] == outcome["isolation[flex]"] == outcome["block-counts"] == "skipped"
+    assert outcome["golden[analysis]"] == "skipped"  # no golden written yet: never a pass
+    assert outcome["rules"] == outcome["closed-form"] == outcome["export"] == "passed"
+    name, outcome, message, seconds = results[0]
+    assert seconds >= 0 and message
+
+
+def test_goldens_on_disk_are_compared(tmp_path, design_texts):
+    import tensorcad
+
+    design = tensorcad.load(json.loads(design_texts["isolated"]))
+    settings = Settings().for_design(design)
+    from harness.fixtures import operating_point
+
+    golden = tmp_path / "snapshots" / "analysis" / "tiny-documents.txt"
+    golden.parent.mkdir(parents=True)
+    golden.write_text(golden_text("analysis", design.name, golden_data("analysis", design, operating_point(settings))))
+    (result,) = run_checks(design, root=tmp_path, only=["golden[analysis]"])
+    assert result.outcome == "passed"
+    golden.write_text(golden.read_text().replace('"total": 90432', '"total": 90433'))
+    (result,) = run_checks(design, root=tmp_path, only=["golden[analysis]"])
+    assert result.outcome == "failed" and '-    "total": 90433' in result.message
+
+
+def test_a_leaking_design_fails_isolation(tmp_path, design_texts):
+    import tensorcad
+
+    design = tensorcad.load(json.loads(design_texts["leaking"]))
+    results = run_checks(design, Settings(seq=128, pack=24.0), root=tmp_path, only=["isolation[eager]"])
+    assert results[0].outcome == "failed" and "moved document" in results[0].message
