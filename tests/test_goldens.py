@@ -24,3 +24,10 @@ def test_analysis_golden(snapshot, name):
 @pytest.mark.parametrize("name", preset_names())
 def test_rules_golden(snapshot, name):
     assert_golden(snapshot, ROOT, "rules", name, [d.to_json() for d in check(load(name))])
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_codegen_golden(snapshot, name):
+    from tensorcad.codegen import generate
+
+    assert_golden(snapshot, ROOT, "codegen", name, generate(load(name)))
