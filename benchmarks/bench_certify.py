@@ -1,0 +1,53 @@
+"""Certifying a design end to end: every check `tensorcad certify` and the collector run.
+
+`llama-3-8b-documents` scaled to about 2M parameters, 512-token rows of 96-token
+documents (spread 1): rules, isolation in both forms, closed form, block counts,
+goldens (written to a temporary snapshots/ first, so they compare) and export.
+One round in a fresh model cache: the figure is what a CI job pays, compile included.
+
+    python -m pytest benchmarks/bench_certify.py -o python_files='bench_*.py' -p no:cacheprovider
+
+The seconds of each check go in benchmark.extra_info; the whole must stay under 60 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+DESIGN = "llama-3-8b-documents"
+PARAMS = 2_000_000
+SEQ = 512
+BUDGET_S = 60.0
+
+
+def test_certify_llama_3_8b_documents(benchmark, tmp_path):
+    import tensorcad
+    from harness.checks import golden_data, run_checks
+    from harness.fixtures import Settings, clear_models, operating_point
+    from harness.snapshot import KINDS, golden_text
+
+    design = tensorcad.load(DESIGN)
+    settings = Settings(seq=SEQ, params=PARAMS)
+    op = operating_point(settings, design)
+    for kind, ext in KINDS.items():  # goldens as --snapshot-update would write them
+        path = tmp_path / "snapshots" / kind / f"{design.name}.{ext}"
+        path.parent.mkdir(parents=True)
+        path.write_text(golden_text(kind, design.name, golden_data(kind, design, op)))
+
+    def certify():
+        clear_models()
+        return run_checks(design, settings, root=tmp_path)
+
+    results = benchmark.pedantic(certify, rounds=1, iterations=1)
+    total = sum(r.seconds for r in results)
+    benchmark.extra_info.update({
+        "design": DESIGN, "params": PARAMS, "seq": SEQ,
+        "seconds": {r.name: round(r.seconds, 2) for r in results},
+        "outcomes": {r.name: r.outcome for r in results},
+        "total_s": round(total, 2),
+    })
+    failed = [f"{r.name}: {r.message}" for r in results if r.outcome != "passed"]
+    assert not failed, failed
+    assert total < BUDGET_S, benchmark.extra_info["seconds"]
