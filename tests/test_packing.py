@@ -234,3 +234,17 @@ def test_draw_refuses_bad_arguments(kwargs, path):
     with pytest.raises(TensorcadError) as error:
         draw(**arguments)
     assert error.value.path == path
+
+
+@pytest.mark.parametrize("rows,seq,mean,spread,seed", [
+    (4, 50, 7, 1.0, 0), (3, 40, 13, 2.0, 1), (2, 30, 5, 0.0, 2), (1, 200, 30, 0.5, 3),
+])
+def test_causal_keys_every_window_is_every_window(rows, seq, mean, spread, seed):
+    # Every start of the circular stream, its row built token by token and
+    # each query's position + 1 summed: what a document-causal mask keeps.
+    stream = Stream.build(rows, seq, mean, spread, seed)
+    documents = np.repeat(np.arange(len(stream.lengths)), stream.lengths)
+    total = len(documents)
+    windows = documents[(np.arange(total)[:, None] + np.arange(seq)[None, :]) % total]
+    expected = float((positions_of(windows) + 1).mean())
+    assert stream.causal_keys_every_window() == pytest.approx(expected, rel=1e-12)

@@ -127,13 +127,14 @@ class Rows:
         run of ``2**_BUCKET_BITS`` tokens and a few vectorised steps walk
         past the boundaries inside the run (rarely more than one or two).
         """
-        key = r * self._stride + t
+        key = (r * self._stride + t).ravel()
         index = self._bucket_table()[key >> _BUCKET_BITS]
+        # Indices, not boolean masks: numpy gathers by index many times faster.
         ahead = np.flatnonzero(self._padded_keys[index] <= key)
         while len(ahead):
             index[ahead] += 1
             ahead = ahead[self._padded_keys[index[ahead]] <= key[ahead]]
-        return index
+        return index.reshape(np.shape(r))
 
     def _bucket_table(self) -> np.ndarray:
         if self._buckets is None:
