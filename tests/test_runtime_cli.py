@@ -1,0 +1,104 @@
+"""`tensorcad verify | certify | smoke-train | trace`: exit codes and output."""
+
+from __future__ import annotations
+
+import functools
+import json
+import warnings
+
+import pytest
+
+pytest.importorskip("torch")
+
+from tensorcad.cli import main  # noqa: E402
+
+LEAKY_MASK = "doc(b, q) >= doc(b, kv)"
+
+
+@pytest.fixture(autouse=True)
+def quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+@pytest.fixture
+def only(monkeypatch):
+    """Limit verify to some checks (export alone takes ~20 s; it has its own test)."""
+    import tensorcad.runtime.verify as module
+
+    def limit(*checks):
+        monkeypatch.setattr(module, "verify", functools.partial(module.verify, checks=checks))
+
+    return limit
+
+
+def test_verify_passes_and_prints_json(only, capsys):
+    only("forward", "flops", "isolation[flex]", "block-counts")
+    code = main(["verify", "nano-sort", "--seq", "128", "--params", "150000", "--pack", "32", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["passed"]
+    assert [c["name"] for c in out["checks"]] == ["forward", "flops", "isolation[flex]", "block-counts"]
+    assert out["checks"][1]["figures"]["matmul"] == out["checks"][1]["figures"]["expectedMatmul"]
+
+
+def test_verify_prints_a_table_without_json(only, capsys):
+    only("forward", "isolation[eager]")
+    assert main(["verify", "gpt2-small", "--seq", "64", "--params", "300000"]) == 0
+    out = capsys.readouterr().out
+    assert "forward" in out and "skipped" in out and "no documents input" in out
+
+
+def test_verify_exits_1_naming_the_leak(only, tmp_path, capsys):
+    import tensorcad
+
+    source = tensorcad.load("nano-sort").to_dict()
+    source["nodes"][1]["params"]["block"]["params"]["attention"]["mask"] = LEAKY_MASK
+    path = tmp_path / "leaky.json"
+    path.write_text(json.dumps(source))
+    only("isolation[eager]")
+    assert main(["verify", str(path), "--seq", "128", "--params", "150000", "--pack", "32"]) == 1
+    out = " ".join(capsys.readouterr().out.split())  # however rich wrapped it
+    assert "isolation[eager] failed" in out and "of row" in out and "moved document" in out
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify", "no-such-design"],
+    ["verify", "nano-sort", "--seq", "100000"],
+    ["verify", "nano-sort", "--pack-spread", "1"],
+    ["smoke-train", "nano-sort", "--steps", "0"],
+    ["trace", "nano-sort", "--seq", "0"],
+    ["certify", "no-such-design"],
+])
+def test_bad_input_is_one_line_and_exit_2(argv, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensorcad: ") and err.count("\n") == 1
+
+
+def test_trace_json(capsys):
+    assert main(["trace", "nano-sort", "--seq", "32", "--params", "100000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["passed"] and out["linear"] == out["analysisMatmul"]
+
+
+def test_smoke_train_json(capsys):
+    assert main(["smoke-train", "nano-sort", "--steps", "15", "--params", "100000", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["lossFell"] and out["finalLoss"] < out["initialLoss"]
+
+
+@pytest.mark.slow
+def test_verify_llama_3_8b_documents_json(capsys):
+    code = main(["verify", "llama-3-8b-documents", "--pack", "96", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and all(c["status"] == "passed" for c in out["checks"])
+
+
+@pytest.mark.slow
+def test_certify_a_preset(capsys):
+    code = main(["certify", "nano-sort", "--seq", "256", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0, out
+    names = [c["name"] for c in out[0]["checks"]]
+    assert "isolation[flex]" in names and not any(n.startswith("golden[") for n in names)
