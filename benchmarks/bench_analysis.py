@@ -33,11 +33,7 @@ def clear_caches() -> None:
     """Every cache between a design and its report: draws, estimates, counts, reports."""
     attention.clear_caches()
     blocks.clear_caches()
-    clear_reports = getattr(report, "clear_caches", None)
-    if clear_reports is not None:
-        clear_reports()
-    else:
-        report._CACHE.clear()
+    report.clear_caches()
 
 
 def cold(seq: int) -> None:

@@ -133,6 +133,11 @@ _CACHE: dict = {}
 _CACHE_SIZE = 256
 
 
+def clear_caches() -> None:
+    """Forget every cached report (the sampler and block counts keep their own caches)."""
+    _CACHE.clear()
+
+
 def _plain(value):
     return dict(value)  # the design's read-only mappings
 
