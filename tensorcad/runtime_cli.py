@@ -44,11 +44,14 @@ def _status_text(status: str) -> str:
 
 
 def _checks_table(title: str, rows: list[tuple[str, str, str, str]]):
+    from rich.markup import escape
     from rich.table import Table
 
-    table = Table("check", "status", "seconds", "what it showed", title=title, box=None, title_justify="left")
+    # check names such as isolation[eager] are text, not rich markup
+    table = Table("check", "status", "seconds", "what it showed", title=escape(title), box=None,
+                  title_justify="left")
     for name, status, seconds, message in rows:
-        table.add_row(name, _status_text(status), seconds, message)
+        table.add_row(escape(name), _status_text(status), seconds, escape(message))
     return table
 
 
@@ -91,8 +94,10 @@ def verify(args: argparse.Namespace) -> int:
         console = _console()
         console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message)
                                             for c in report.checks]))
+        from rich.markup import escape
+
         for c in report.failures:
-            console.print(f"[bold red]{c.name} failed:[/] {c.message}")
+            console.print(f"[bold red]{escape(c.name)} failed:[/] {escape(c.message)}")
     return 0 if report.passed else EXIT_FAILED
 
 

@@ -156,6 +156,7 @@ def trace(design: Design | str, *, seq: int = 256, params: int = 2_000_000, seed
 
 
 def render(result: Trace):
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table("op", "kind", "input", "output", "FLOPs (torch)", "expected", "analysis (kept)",
@@ -163,7 +164,7 @@ def render(result: Trace):
                   box=None, title_justify="left")
     for op in result.ops:
         mark = "" if op.agrees else " [bold red]≠[/]"
-        table.add_row(op.name, op.kind, "×".join(map(str, op.input_shape)), "×".join(map(str, op.output_shape)),
+        table.add_row(escape(op.name), op.kind, "×".join(map(str, op.input_shape)), "×".join(map(str, op.output_shape)),
                       f"{op.flops:,}{mark}", f"{op.expected:,}", "" if op.kept is None else f"{op.kept:,.0f}")
     table.add_row("linear, all", "", "", "", f"{result.linear:,}", f"{result.analysis_matmul:,}",
                   "= 2 × params.matmul × tokens")
