@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 CHECKS = ["rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",
           "golden[analysis]", "golden[rules]", "golden[codegen]", "export"]
 
@@ -36,6 +38,7 @@ def test_design_without_documents_skips_with_the_reason(project):
                                  "SKIPPED * tiny-plain has no documents input: no document blocks to check"])
 
 
+@pytest.mark.slow  # every check of two designs, flex compile and export included: ~30 s on 2 cores
 def test_two_designs_certify(project):
     # Goldens are written once, then every check passes (or skips where it does not apply).
     project.runpytest("--tensorcad", "designs", "-m", "golden", "--snapshot-update").assert_outcomes(passed=6)
