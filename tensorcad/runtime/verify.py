@@ -315,11 +315,12 @@ def _blocks(s: _Subject) -> Check:
         return failed("block-counts", f"create_block_mask and the engine disagree on {len(a.mismatched_rows)} "
                                       f"of {a.rows} rows, first row {r}", figures)
     if not a.passed:
-        return failed("block-counts", f"the engine's total differs from create_block_mask's by "
-                                      f"{a.total_difference:.3%}", figures)
+        return failed("block-counts", f"the engine's figure differs from create_block_mask's by "
+                                      f"{a.total_difference:.3%} (tolerance {a.tolerance:.3%})", figures)
     return passed("block-counts", f"{a.rows} rows: {a.torch_full:,} full and {a.torch_partial:,} partial "
-                                  f"blocks, row by row as the engine counts (analysis's own rows: "
-                                  f"{a.analysis_difference:.2%} apart)", figures)
+                                  f"blocks, row by row as the engine counts; its figure {a.total_difference:.3%} "
+                                  f"apart (tolerance {a.tolerance:.2%}), its own rows' {a.analysis_difference:.2%}",
+                  figures)
 
 
 def _kept(s: _Subject) -> Check:
