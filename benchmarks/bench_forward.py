@@ -26,8 +26,8 @@ torch = pytest.importorskip("torch")
 
 import tensorcad  # noqa: E402
 from tensorcad.packing import draw  # noqa: E402
-from tensorcad.runtime.build import build  # noqa: E402
-from tensorcad.runtime.scale import scale  # noqa: E402
+from tensorcad.runtime.building import build  # noqa: E402
+from tensorcad.runtime.scaling import scale  # noqa: E402
 
 LAYERS, B, T, MEAN = 8, 2, 1024, 96
 ROUNDS = 6

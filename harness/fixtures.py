@@ -183,7 +183,7 @@ def _fingerprint(design: Any) -> str:
 
 def scaled_design(design: Any, params: int) -> Any:
     """The design scaled to about ``params`` parameters, keeping its structure (runtime.scale)."""
-    from tensorcad.runtime.scale import scale  # the function: the package attribute is its module once imported
+    from tensorcad.runtime.scaling import scale
 
     return scale(design, params=params)
 
@@ -197,7 +197,7 @@ def build_model(design: Any, settings: Settings, form: str = "flex") -> DesignMo
     key = (_fingerprint(design), settings.params, settings.seed)
     model = _MODELS.get(key)
     if model is None:
-        from tensorcad.runtime.build import build
+        from tensorcad.runtime.building import build
 
         small = scaled_design(design, settings.params)
         module = build(small, form=form, seed=settings.seed)

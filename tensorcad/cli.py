@@ -163,7 +163,7 @@ def cmd_codegen(args: argparse.Namespace) -> int:
 
     design = load(args.design)
     if args.scale is not None:
-        from .runtime.scale import scale
+        from .runtime.scaling import scale
 
         design = scale(design, params=args.scale)
     source = generate(design)

@@ -119,7 +119,7 @@ def build_server() -> MCPServer:
 
         d = _design(design)
         if scale is not None:
-            from .runtime.scale import scale as shrink
+            from .runtime.scaling import scale as shrink
 
             d = shrink(d, params=scale)
         return generate(d)

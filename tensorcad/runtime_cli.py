@@ -77,7 +77,7 @@ def _with_progress(quiet: bool, total: int, work):
 
 def verify(args: argparse.Namespace) -> int:
     from .design import load
-    from .runtime.verify import CHECKS, verify as run_verify
+    from .runtime.verification import CHECKS, verify as run_verify
 
     design = load(args.design)
     packing = _packing(args)
@@ -149,7 +149,7 @@ def _certify_one(run_checks, settings, design, names, progress):
 
 def smoke_train(args: argparse.Namespace) -> int:
     from .design import load
-    from .runtime.smoke_train import smoke_train as run_training
+    from .runtime.training import smoke_train as run_training
 
     design = load(args.design)
     with warnings.catch_warnings():
@@ -168,7 +168,7 @@ def smoke_train(args: argparse.Namespace) -> int:
 
 def trace(args: argparse.Namespace) -> int:
     from .design import load
-    from .runtime.trace import render, trace as run_trace
+    from .runtime.tracing import render, trace as run_trace
 
     design = load(args.design)
     with warnings.catch_warnings():

@@ -25,7 +25,7 @@ def quiet():
 @pytest.fixture
 def only(monkeypatch):
     """Limit verify to some checks (export alone takes ~20 s; it has its own test)."""
-    import tensorcad.runtime.verify as module
+    import tensorcad.runtime.verification as module
 
     def limit(*checks):
         monkeypatch.setattr(module, "verify", functools.partial(module.verify, checks=checks))

@@ -1,8 +1,10 @@
 """The runtime: scale a design down, build its generated model, run it.
 
 Imports torch (through its submodules, on first use); the engine never does.
-Names load lazily, so `import tensorcad.runtime` stays cheap and other modules
-(verify, isolation, smoke_train, trace) join by adding a line to `_LAZY`.
+Names load lazily, so `import tensorcad.runtime` stays cheap (and `scale` needs
+no torch). Modules are named for what they hold (`scaling`, `building`,
+`verification`, `tracing`, `training`), never after a function they export: an
+imported submodule would otherwise shadow the function of the same name.
 """
 
 from __future__ import annotations
@@ -11,9 +13,16 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "scale": ("tensorcad.runtime.scale", "scale"),
-    "build": ("tensorcad.runtime.build", "build"),
-    "load_module": ("tensorcad.runtime.build", "load_module"),
+    "scale": ("tensorcad.runtime.scaling", "scale"),
+    "build": ("tensorcad.runtime.building", "build"),
+    "load_module": ("tensorcad.runtime.building", "load_module"),
+    "verify": ("tensorcad.runtime.verification", "verify"),
+    "VerifyReport": ("tensorcad.runtime.verification", "VerifyReport"),
+    "check_isolation": ("tensorcad.runtime.isolation", "check_isolation"),
+    "IsolationResult": ("tensorcad.runtime.isolation", "IsolationResult"),
+    "Leak": ("tensorcad.runtime.isolation", "Leak"),
+    "smoke_train": ("tensorcad.runtime.training", "smoke_train"),
+    "trace": ("tensorcad.runtime.tracing", "trace"),
 }
 
 __all__ = list(_LAZY)

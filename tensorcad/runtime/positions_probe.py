@@ -20,7 +20,7 @@ from ..design import load
 from ..design.model import Design
 from ..errors import TensorcadError
 from ..packing import draw, positions_of
-from .build import build
+from .building import build
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ torch = pytest.importorskip("torch")
 import tensorcad  # noqa: E402
 from tensorcad.analysis.params import count_params  # noqa: E402
 from tensorcad.packing import Packing, draw  # noqa: E402
-from tensorcad.runtime.build import build  # noqa: E402
+from tensorcad.runtime.building import build  # noqa: E402
 from tensorcad.runtime.profile import count_flops, dense_attention_flops, profile  # noqa: E402
-from tensorcad.runtime.scale import scale  # noqa: E402
+from tensorcad.runtime.scaling import scale  # noqa: E402
 
 
 @pytest.fixture(scope="module")

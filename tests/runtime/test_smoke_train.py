@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 import tensorcad  # noqa: E402
 from tensorcad.errors import TensorcadError  # noqa: E402
-from tensorcad.runtime.smoke_train import PROBLEM, smoke_train, sort_batch  # noqa: E402
+from tensorcad.runtime.training import PROBLEM, smoke_train, sort_batch  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

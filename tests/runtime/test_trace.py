@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorcad.runtime.trace import render, trace  # noqa: E402
+from tensorcad.runtime.tracing import render, trace  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 import tensorcad  # noqa: E402
 from tensorcad.errors import TensorcadError  # noqa: E402
 from tensorcad.packing import Packing  # noqa: E402
-from tensorcad.runtime.verify import CHECKS, verify  # noqa: E402
+from tensorcad.runtime.verification import CHECKS, verify  # noqa: E402
 
 SMALL = dict(seq=128, params=200_000, packing=Packing(32, 1.0))
 NO_EXPORT = tuple(c for c in CHECKS if c != "export")  # export alone takes ~20 s; tested below
@@ -56,8 +56,8 @@ def test_nano_sort_passes_every_check_with_its_figures():
 def test_flop_count_is_pytorchs_own_and_matches_the_models_weights():
     report = verify("nano-sort", checks=("flops",), **SMALL)
     figures = report.check("flops").figures
-    from tensorcad.runtime.build import build
-    from tensorcad.runtime.scale import scale
+    from tensorcad.runtime.building import build
+    from tensorcad.runtime.scaling import scale
 
     model = build(scale(tensorcad.load("nano-sort"), params=200_000))
     linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))

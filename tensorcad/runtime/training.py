@@ -138,8 +138,8 @@ def _loss(model, batch: SortBatch, documents: bool, positions: bool) -> torch.Te
 def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_000, seed: int = 0,
                 rows: int = ROWS) -> TrainResult:
     """Train ``design`` scaled to about ``params`` parameters for ``steps`` AdamW steps on sorting."""
-    from .build import build
-    from .scale import scale
+    from .building import build
+    from .scaling import scale
 
     design = load(design) if not isinstance(design, Design) else design
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000:

@@ -83,9 +83,9 @@ def trace(design: Design | str, *, seq: int = 256, params: int = 2_000_000, seed
     from tensorcad.analysis.report import analyze
     from tensorcad.packing import Packing
 
-    from .build import build
-    from .scale import scale
-    from .verify import _validate, make_inputs
+    from .building import build
+    from .scaling import scale
+    from .verification import _validate, make_inputs
 
     design = load(design) if not isinstance(design, Design) else design
     small = scale(design, params=params)

@@ -162,8 +162,8 @@ def verify(design: Design | str, *, seq: int = 512, packing: Packing | None = No
     unknown = sorted(set(checks or ()) - set(CHECKS))
     if unknown:
         raise TensorcadError("checks", f"unknown check {unknown[0]!r} (checks: {', '.join(CHECKS)})")
-    from .build import build
-    from .scale import scale
+    from .building import build
+    from .scaling import scale
 
     design = load(design) if not isinstance(design, Design) else design
     small = scale(design, params=params)
