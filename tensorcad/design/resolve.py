@@ -178,11 +178,19 @@ class _Resolver:
                 ports = ", ".join(p.name for p in kind.ports) or "none"
                 raise TensorcadError(ppath, f"unknown port {port!r} for kind {kind.name!r} (ports: {ports})")
             sources[port] = ref
-            if port == "x" or port in ("q", "k", "v") and kind.name == "sdpa":
-                if raw["kind"] == "embedding":
-                    if ref not in self.inputs:
-                        raise TensorcadError(ppath, f"an embedding reads token ids from an input, not node {ref!r}")
-                    handed[port] = self._wire(port, ref, ppath, f"{id}.{port}")
+            if port == "x" and kind.name == "embedding":
+                if ref not in self.inputs:
+                    raise TensorcadError(ppath, f"an embedding reads token ids from an input, not node {ref!r}")
+            elif port == "x" or (kind.name == "sdpa" and port in ("q", "k", "v")):
+                # hidden states: from a node, never an input of integer ids
+                if ref in self.inputs:
+                    raise TensorcadError(ppath, f"{ref!r} is an input of integer ids; port {port!r} takes hidden states from a node")
+                if self.nodes[ref].dim is None:
+                    raise TensorcadError(ppath, f"{ref!r} is a table; port {port!r} takes hidden states")
+                if port == "x":
+                    dim_in = self.nodes[ref].dim
+                    continue
+            handed[port] = self._wire(port, ref, ppath, f"{id}.{port}")
                     continue
                 if ref in self.inputs:
                     raise TensorcadError(ppath, f"{ref!r} is an input of integer ids; port {port!r} takes hidden states from a node")
@@ -386,8 +394,8 @@ class _Resolver:
     def _stack(self, id, name, path, params, dim_in, handed) -> Node:
         block = params["block"]
         bpath = join(path, "block")
-        _no_unknown(block, ("kind", "params", *(k for k in block if k not in ("kind", "params") and "params" not in block)),
-                    bpath, "a block")
+        if "params" in block:
+            _no_unknown(block, ("kind", "params"), bpath, "a block")
         kind_name = block.get("kind")
         if kind_name not in KINDS:
             raise TensorcadError(join(bpath, "kind"), f"unknown kind {kind_name!r} (kinds: {', '.join(KINDS)})")
