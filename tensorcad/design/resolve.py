@@ -191,19 +191,6 @@ class _Resolver:
                     dim_in = self.nodes[ref].dim
                     continue
             handed[port] = self._wire(port, ref, ppath, f"{id}.{port}")
-                    continue
-                if ref in self.inputs:
-                    raise TensorcadError(ppath, f"{ref!r} is an input of integer ids; port {port!r} takes hidden states from a node")
-                source = self.nodes[ref]
-                if source.dim is None:
-                    raise TensorcadError(ppath, f"{ref!r} is a table; port {port!r} takes hidden states")
-                if port == "x":
-                    dim_in = source.dim
-                else:
-                    handed[port] = replace(self._wire(port, ref, ppath, f"{id}.{port}"))
-                    sources[port] = ref
-                continue
-            handed[port] = self._wire(port, ref, ppath, f"{id}.{port}")
         for spec in kind.ports:
             if spec.required and spec.name not in wiring:
                 raise TensorcadError(join(path, "in"), f"missing port {spec.name!r} for kind {kind.name!r}")
