@@ -347,6 +347,10 @@ class _Converter:
                 raise self.refuse(f"tanh is only allowed in a score: {self.source(node)!r}")
             if name in self.scope.params or name in INDEX_NAMES:
                 raise self.refuse(f"{name!r} is not a function: {self.source(node)!r}")
+            if _looks_like_a_read(node):
+                ports = sorted(self.scope.tensors) + (sorted(self.scope.tables) if self.in_score else [])
+                listed = f"(ports: {', '.join(ports)})" if ports else "(no port is wired to this attention)"
+                raise self.refuse(f"unknown port {name!r} {listed}")
             raise self.refuse(f"unknown function {name!r} in {self.source(node)!r}; "
                               f"allowed: {self.allowed_calls()}")
         return handler(node)
@@ -440,3 +444,9 @@ class _Converter:
         kind: Kind = ("bool" if a_kind == "bool"
                       else "float" if "float" in (a_kind, b_kind) else "int")
         return Call("where", (cond, a, b)), kind
+
+
+def _looks_like_a_read(node: ast.Call) -> bool:
+    """name(b, q) or name(b, kv): a tensor read, so an unknown name is a port misspelled or unwired."""
+    args = [a.id if isinstance(a, ast.Name) else None for a in node.args]
+    return not node.keywords and len(args) == 2 and args[0] == "b" and args[1] in ("q", "kv")
