@@ -154,7 +154,8 @@ def smoke_train(args: argparse.Namespace) -> int:
     design = load(args.design)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = run_training(design, steps=args.steps, params=args.params, seed=args.seed)
+        result = _with_progress(args.json, args.steps, lambda progress: run_training(
+            design, steps=args.steps, params=args.params, seed=args.seed, progress=progress))
     if args.json:
         _print_json(result.to_json())
     else:

@@ -136,8 +136,11 @@ def _loss(model, batch: SortBatch, documents: bool, positions: bool) -> torch.Te
 
 
 def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_000, seed: int = 0,
-                rows: int = ROWS) -> TrainResult:
-    """Train ``design`` scaled to about ``params`` parameters for ``steps`` AdamW steps on sorting."""
+                rows: int = ROWS, progress=None) -> TrainResult:
+    """Train ``design`` scaled to about ``params`` parameters for ``steps`` AdamW steps on sorting.
+
+    ``progress(name, done, total)``, when given, hears of every step (the CLI's progress bar).
+    """
     from .building import build
     from .scaling import scale
 
@@ -166,7 +169,9 @@ def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_0
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     losses = []
-    for _ in range(steps):
+    for step in range(steps):
+        if progress is not None:
+            progress("training", step, steps)
         loss = _loss(model, sort_batch(rng, rows, seq, digits), documents, positions)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
