@@ -114,18 +114,18 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
     g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
 
 
+def packing_option(args: argparse.Namespace):
+    from .packing import packing_of
+
+    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread")
+
+
 def operating_point(args: argparse.Namespace, design) -> Any:
     from .analysis.operating_point import OperatingPoint
-    from .packing import Packing
 
-    if args.pack_spread is not None and args.pack is None:
-        raise TensorcadError("--pack-spread", "needs --pack MEAN")
-    packing = None
-    if args.pack is not None:
-        packing = Packing(args.pack, 1.0 if args.pack_spread is None else args.pack_spread)
     return OperatingPoint(
         seq=args.seq if args.seq is not None else design.context,
-        packing=packing, hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
+        packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
         price_per_gpu_hour=args.price, tokens=args.tokens,
         train_dtype=args.train_dtype, serve_dtype=args.serve_dtype,
     )

@@ -30,14 +30,11 @@ def _design(design: Design):
 
 def _op(design, seq, pack, pack_spread, hardware, gpus, mfu, price_per_gpu_hour, tokens):
     from .analysis.operating_point import DEFAULTS, OperatingPoint
-    from .packing import Packing
+    from .packing import packing_of
 
-    if pack_spread is not None and pack is None:
-        raise TensorcadError("pack_spread", "needs pack (the mean document length)")
     return OperatingPoint(
         seq=design.context if seq is None else seq,
-        # Only a mean given: spread 1, because real corpora vary (as on the CLI).
-        packing=None if pack is None else Packing(pack, 1.0 if pack_spread is None else pack_spread),
+        packing=packing_of(pack, pack_spread),
         hardware=hardware or DEFAULTS["hardware"],
         gpus=DEFAULTS["gpus"] if gpus is None else gpus,
         mfu=DEFAULTS["mfu"] if mfu is None else mfu,

@@ -81,6 +81,20 @@ class Packing:
         object.__setattr__(self, "spread", check_spread(self.spread))
 
 
+def packing_of(mean: object, spread: object = None, *, mean_path: str = "pack",
+               spread_path: str = "pack_spread") -> Packing | None:
+    """The packing that optional settings describe, the same everywhere (CLI, MCP, editor).
+
+    None without a mean (one document a row); spread 1 when only a mean is given,
+    because real corpora vary; a spread without a mean is refused, naming it.
+    """
+    if mean is None:
+        if spread is not None:
+            raise TensorcadError(spread_path, f"needs {mean_path} (the mean document length)")
+        return None
+    return Packing(mean, Packing.spread if spread is None else spread)
+
+
 def document_lengths(mean: float, spread: float, count: int, seed: int = 0) -> np.ndarray:
     """One whole-token length per stratum of the gamma distribution, shuffled.
 

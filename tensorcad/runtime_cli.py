@@ -14,6 +14,7 @@ import sys
 import warnings
 from typing import Any
 
+from .cli import packing_option
 from .errors import TensorcadError
 
 EXIT_FAILED = 1
@@ -27,16 +28,6 @@ def _console():
     from rich.console import Console
 
     return Console(highlight=False, soft_wrap=True)
-
-
-def _packing(args: argparse.Namespace):
-    from .packing import Packing
-
-    if args.pack_spread is not None and args.pack is None:
-        raise TensorcadError("--pack-spread", "needs --pack MEAN")
-    if args.pack is None:
-        return None
-    return Packing(args.pack, 1.0 if args.pack_spread is None else args.pack_spread)
 
 
 def _status_text(status: str) -> str:
@@ -80,7 +71,7 @@ def verify(args: argparse.Namespace) -> int:
     from .runtime.verification import CHECKS, verify as run_verify
 
     design = load(args.design)
-    packing = _packing(args)
+    packing = packing_option(args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = _with_progress(args.json, len(CHECKS), lambda progress: run_verify(

@@ -248,3 +248,14 @@ def test_causal_keys_every_window_is_every_window(rows, seq, mean, spread, seed)
     windows = documents[(np.arange(total)[:, None] + np.arange(seq)[None, :]) % total]
     expected = float((positions_of(windows) + 1).mean())
     assert stream.causal_keys_every_window() == pytest.approx(expected, rel=1e-12)
+
+
+def test_packing_of_optional_settings():
+    from tensorcad.packing import packing_of
+
+    assert packing_of(None) is None
+    assert packing_of(512) == Packing(512, 1.0)  # a mean alone: spread 1, real corpora vary
+    assert packing_of(512, 0) == Packing(512, 0.0)
+    with pytest.raises(TensorcadError) as info:
+        packing_of(None, 0.5, mean_path="--pack", spread_path="--pack-spread")
+    assert info.value.path == "--pack-spread" and "--pack" in info.value.message

@@ -26,7 +26,7 @@ from tensorcad.design.expr import to_text
 from tensorcad.design.load import parse_text
 from tensorcad.design.model import Design
 from tensorcad.errors import TensorcadError, join
-from tensorcad.packing import Packing
+from tensorcad.packing import packing_of
 from tensorcad.rules import check
 
 from .preview import DEFAULT_CELLS, mask_preview, sample_row
@@ -74,7 +74,7 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             raise TensorcadError("op.packing.mean", "a packing needs a mean document length")
         spread = pack.get("spread")
         try:
-            packing = Packing(pack["mean"], 1.0 if spread is None else spread)
+            packing = packing_of(pack["mean"], spread)
         except TensorcadError as e:
             raise TensorcadError(join("op", e.path), e.message) from None
     context = design.context if design is not None else 8192
