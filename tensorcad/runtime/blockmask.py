@@ -196,6 +196,9 @@ class BlockAgreement:
         }
 
 
+MASK_ELEMENTS = 1 << 26  # scores create_block_mask may hold at once: 64M, half a GiB in int64
+
+
 def compare_blocks(attention: Attention, mask_for: MaskFor, seq: int, packing: Packing | None,
                    seed: int = 0, rows: int = ROWS, block: int = BLOCK) -> BlockAgreement:
     """create_block_mask's per-row counts against the engine's, on the engine's rows."""
@@ -208,10 +211,19 @@ def compare_blocks(attention: Attention, mask_for: MaskFor, seq: int, packing: P
     n = documents.shape[0]
     mask_mod = mask_for(torch.from_numpy(documents), torch.from_numpy(positions))
     heads = attention.heads if getattr(mask_mod, "uses_head", True) else 1
-    block_mask = create_block_mask(mask_mod, n, heads, seq, seq, device="cpu", BLOCK_SIZE=block)
-    partial = block_mask.kv_num_blocks.to(torch.int64).numpy()  # (rows, heads, query blocks)
-    full = (block_mask.full_kv_num_blocks.to(torch.int64).numpy() if block_mask.full_kv_num_blocks is not None
-            else np.zeros_like(partial))
+    # create_block_mask materialises every score of the rows it is given (and sums them
+    # in int64): hand it as many rows at a time as fit in MASK_ELEMENTS.
+    step = max(1, MASK_ELEMENTS // (heads * seq * seq))
+    partial, full = [], []
+    for lo in range(0, n, step):
+        rows_here = mask_for(torch.from_numpy(documents[lo:lo + step]), torch.from_numpy(positions[lo:lo + step]))
+        block_mask = create_block_mask(rows_here, min(step, n - lo), heads, seq, seq, device="cpu",
+                                       BLOCK_SIZE=block)
+        counts = block_mask.kv_num_blocks.to(torch.int64).numpy()  # (rows, heads, query blocks)
+        partial.append(counts)
+        full.append(block_mask.full_kv_num_blocks.to(torch.int64).numpy()
+                    if block_mask.full_kv_num_blocks is not None else np.zeros_like(counts))
+    partial, full = np.concatenate(partial), np.concatenate(full)
 
     engine = count_row_blocks(attention, documents, positions, block=block)
     # The engine counts one head when the mask never reads h; every head is the same then.
