@@ -25,10 +25,18 @@ class _Parser(argparse.ArgumentParser):
         raise TensorcadError("", f"{self.prog}: {message} (see --help)")
 
 
+def write_output(path: str, text: str, option: str) -> None:
+    """Write a file the user named, turning the OS's refusal into one line."""
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise TensorcadError(option, f"cannot write {path!r}: {e.strerror}") from None
+
+
 def _emit(data: Any, args: argparse.Namespace) -> None:
     text = json.dumps(data, indent=2, sort_keys=False) + "\n"
     if getattr(args, "out", None):
-        Path(args.out).write_text(text)
+        write_output(args.out, text, "--out")
     if getattr(args, "json", False) or not getattr(args, "out", None):
         sys.stdout.write(text)
 
@@ -168,7 +176,7 @@ def cmd_codegen(args: argparse.Namespace) -> int:
         design = scale(design, params=args.scale)
     source = generate(design)
     if args.output:
-        Path(args.output).write_text(source)
+        write_output(args.output, source, "--output")
     else:
         sys.stdout.write(source)
     return 0
@@ -253,7 +261,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("verify", "Build the scaled model and prove it: forward, FLOPs, export, isolation, blocks.",
                 _runtime_command("verify"))
     p.add_argument("design")
-    p.add_argument("--seq", type=int, default=512, help="tokens a row (default 512)")
+    p.add_argument("--seq", type=int, help="tokens a row (default 512, or the scaled design's context if shorter)")
     p.add_argument("--pack", type=float, metavar="MEAN", help="mean document length (default: a quarter of the row)")
     p.add_argument("--pack-spread", type=float, metavar="C", help="document length spread (default 1)")
     p.add_argument("--params", type=int, default=2_000_000, help="scale to about this many parameters (default 2,000,000)")
@@ -263,7 +271,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("certify", "Run the harness's checks on designs without pytest; exit 1 on a failure.",
                 _runtime_command("certify"))
     p.add_argument("designs", nargs="+", metavar="DESIGN")
-    p.add_argument("--seq", type=int, default=512)
+    p.add_argument("--seq", type=int, help="tokens a row (default 512, or the design's context if shorter)")
     p.add_argument("--json", action="store_true")
 
     p = command("smoke-train", "Train the scaled model a few hundred steps and report a falling loss.",
@@ -277,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("trace", "Print each op of a forward pass with its shapes and FLOPs beside the analysis.",
                 _runtime_command("trace"))
     p.add_argument("design")
-    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--seq", type=int, help="tokens a row (default 256, or the design's context if shorter)")
     p.add_argument("--params", type=int, default=2_000_000)
     p.add_argument("--json", action="store_true")
     p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)

@@ -22,3 +22,10 @@ def join(path: str, key: str | int) -> str:
     if isinstance(key, int):
         return f"{path}[{key}]"
     return f"{path}.{key}" if path else key
+
+
+def check_integer(value: object, path: str, low: int, high: int) -> int:
+    """An integer in low..high (bools refused), or a TensorcadError naming the path."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise TensorcadError(path, f"expected an integer in {low:,}..{high:,}, got {value!r}")
+    return value

@@ -106,12 +106,21 @@ def certify(args: argparse.Namespace) -> int:
     # Goldens are snapshot files a pytest run owns (and updates with --snapshot-update).
     names = [n for n in CHECK_NAMES if not n.startswith("golden[")]
     designs = [load(name) for name in args.designs]  # every name checked before any runs
+    settings = Settings(seq=args.seq)
+    if args.seq is not None:
+        from .runtime.scaling import scale
+
+        for design in designs:  # bad input is one line and exit 2, not a table of failures
+            context = scale(design, params=settings.params).context
+            if not 1 <= args.seq <= context:
+                raise TensorcadError("--seq", f"{args.seq} is outside 1..{context:,}, the positions "
+                                              f"{design.name} holds once scaled")
     results = []
     for design in designs:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             items = _with_progress(args.json, len(names), lambda progress: _certify_one(
-                run_checks, Settings(seq=args.seq), design, names, progress))
+                run_checks, settings, design, names, progress))
         results.append((design.name, items))
     failed = any(item.outcome == "failed" for _, items in results for item in items)
     if args.json:
@@ -121,8 +130,10 @@ def certify(args: argparse.Namespace) -> int:
     console = _console()
     for name, items in results:
         console.print(_checks_table(name, [(i.name, i.outcome, f"{i.seconds:.1f}", i.message) for i in items]))
-    console.print("golden[analysis], golden[rules], golden[codegen] run under pytest only "
-                  "(pytest --tensorcad DIR): goldens are snapshot files a test run owns")
+    from rich.markup import escape
+
+    console.print(escape("golden[analysis], golden[rules], golden[codegen] run under pytest only "
+                         "(pytest --tensorcad DIR): goldens are snapshot files a test run owns"))
     return EXIT_FAILED if failed else 0
 
 

@@ -33,6 +33,13 @@ def test_every_command_has_help(command):
     (["show", "nano-sort", "--bogus"], "unrecognized arguments"),
     (["codegen", "nano-sort", "--scale", "0"], "params"),
     (["editor", "/no/such.yaml"], "no such file"),
+    (["analyze", "gpt2-small", "--out", "/"], "--out: cannot write '/'"),
+    (["codegen", "gpt2-small", "-o", "/no/such/dir/model.py"], "--output: cannot write"),
+    (["verify", "nano-sort", "--seed", "99999999999999999999999"], "seed: expected an integer"),
+    (["smoke-train", "nano-sort", "--seed", "-1"], "seed: expected an integer"),
+    (["smoke-train", "nano-sort", "--steps", "0"], "steps: expected an integer"),
+    (["certify", "gpt2-small", "--seq", "99999999999"], "--seq: 99999999999 is outside 1..1,024"),
+    (["verify", "nano-sort", "--seq", "512"], "seq: expected tokens a row in 1..256"),
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, text):
     run = _run(*argv)
@@ -44,3 +51,10 @@ def test_bad_input_is_one_line_and_exit_2(argv, text):
 def test_show_prints_the_tree():
     run = _run("show", "gpt2-small")
     assert run.returncode == 0 and "lm_head: linear 768->50257" in run.stdout
+
+
+def test_verify_defaults_fit_a_short_context():
+    # nano-sort holds 256 positions: the default row is 512 tokens or the context, whichever is shorter.
+    run = _run("verify", "nano-sort", "--json")
+    assert run.returncode == 0, run.stderr
+    assert '"seq": 256' in run.stdout

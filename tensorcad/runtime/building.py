@@ -18,7 +18,7 @@ import torch
 from ..codegen import generate
 from ..codegen.names import identifier
 from ..design import Design, load
-from ..errors import TensorcadError
+from ..errors import TensorcadError, check_integer
 
 FORMS = ("flex", "eager")
 _COUNTER = itertools.count()
@@ -43,6 +43,7 @@ def build(design: Design | str | Any, form: str = "flex", seed: int = 0, device:
     """The design's generated `Model`, initialised under `torch.manual_seed(seed)`, in eval mode."""
     if form not in FORMS:
         raise TensorcadError("form", f"{form!r} is not a form ({', '.join(FORMS)})")
+    check_integer(seed, "seed", 0, 2**63 - 1)  # torch.manual_seed's range
     if not isinstance(design, Design):
         design = load(design)
     module = load_module(generate(design), design.name)

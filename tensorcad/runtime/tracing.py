@@ -78,7 +78,9 @@ def _shape(value) -> tuple[int, ...]:
     return tuple(value.shape) if isinstance(value, torch.Tensor) else ()
 
 
-def trace(design: Design | str, *, seq: int = 256, params: int = 2_000_000, seed: int = 0, rows: int = 1) -> Trace:
+def trace(design: Design | str, *, seq: int | None = None, params: int = 2_000_000, seed: int = 0,
+          rows: int = 1) -> Trace:
+    """Each op of one forward pass beside the analysis's figure; ``seq`` defaults to 256 (or the context)."""
     from tensorcad.analysis.operating_point import OperatingPoint
     from tensorcad.analysis.report import analyze
     from tensorcad.packing import Packing
@@ -89,6 +91,7 @@ def trace(design: Design | str, *, seq: int = 256, params: int = 2_000_000, seed
 
     design = load(design) if not isinstance(design, Design) else design
     small = scale(design, params=params)
+    seq = min(256, small.context) if seq is None else seq
     _validate(small, seq, rows, params)
     packing = Packing(seq / 4, 1.0)
     model = build(small, form="eager", seed=seed)

@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from tensorcad.design import Design, load
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, check_integer
 
 PROBLEM = 8  # digits to sort in each problem
 ROWS = 16  # rows a step
@@ -145,8 +145,7 @@ def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_0
     from .scaling import scale
 
     design = load(design) if not isinstance(design, Design) else design
-    if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= 100_000:
-        raise TensorcadError("--steps", f"expected an integer in 1..100,000, got {steps!r}")
+    check_integer(steps, "steps", 1, 100_000)
     documents, positions = _inputs_of(design)
     small = scale(design, params=params)
     start = time.perf_counter()

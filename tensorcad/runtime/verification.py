@@ -143,6 +143,9 @@ def make_inputs(design: Design, vocab: int, rows: int, seq: int, packing: Packin
     return inputs
 
 
+DEFAULT_SEQ = 512
+
+
 def _validate(design: Design, seq: int, rows: int, params: int) -> None:
     if isinstance(seq, bool) or not isinstance(seq, int) or not 1 <= seq <= design.context:
         raise TensorcadError("seq", f"expected tokens a row in 1..{design.context:,} (the scaled "
@@ -155,10 +158,13 @@ def _validate(design: Design, seq: int, rows: int, params: int) -> None:
                                        f"{len(tokens)} ({', '.join(tokens) or 'none'})")
 
 
-def verify(design: Design | str, *, seq: int = 512, packing: Packing | None = None,
+def verify(design: Design | str, *, seq: int | None = None, packing: Packing | None = None,
            params: int = 2_000_000, seed: int = 0, rows: int = 2, compile: bool = False,
            checks: tuple[str, ...] | None = None, progress: Progress | None = None) -> VerifyReport:
-    """Run every check (or only ``checks``, by name) on ``design`` scaled to about ``params`` parameters."""
+    """Run every check (or only ``checks``, by name) on ``design`` scaled to about ``params`` parameters.
+
+    ``seq`` defaults to 512 tokens a row, or the scaled design's context when that is shorter.
+    """
     unknown = sorted(set(checks or ()) - set(CHECKS))
     if unknown:
         raise TensorcadError("checks", f"unknown check {unknown[0]!r} (checks: {', '.join(CHECKS)})")
@@ -167,6 +173,7 @@ def verify(design: Design | str, *, seq: int = 512, packing: Packing | None = No
 
     design = load(design) if not isinstance(design, Design) else design
     small = scale(design, params=params)
+    seq = min(DEFAULT_SEQ, small.context) if seq is None else seq
     _validate(small, seq, rows, params)
     packing = packing if packing is not None else Packing(seq / 4, 1.0)
     with warnings.catch_warnings():

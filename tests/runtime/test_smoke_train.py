@@ -54,7 +54,7 @@ def test_a_design_without_documents_trains_too():
 def test_bad_steps_are_refused():
     with pytest.raises(TensorcadError) as e:
         smoke_train("nano-sort", steps=0)
-    assert e.value.path == "--steps"
+    assert e.value.path == "steps"
 
 
 def test_a_design_with_two_token_inputs_is_told_what_it_needs():
