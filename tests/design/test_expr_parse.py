@@ -165,6 +165,8 @@ def test_evaluate_reads_tensors_at_row_and_position_and_checks_tables():
     ("open('x') == 1", MASK, ["unknown function 'open'", "open('x')", "bucket", "doc"]),
     ("eval('1') == 1", MASK, ["unknown function 'eval'"]),
     ("docs(b, q) == docs(b, kv)", MASK, ["unknown port 'docs' (ports: doc, pos)"]),
+    ("(q // 0) == 0", MASK, ["division by zero", "q // 0"]),
+    ("q % (window - 256) == 0", MASK, ["division by zero"]),
     ("(lambda: q)() > 0", MASK, ["lambdas", "lambda: q"]),
     ("[q for q in h] == 1", MASK, ["comprehensions", "[q for q in h]"]),
     ("f'{q}' == kv", MASK, ["f-strings", "f'{q}'"]),

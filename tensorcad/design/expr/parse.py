@@ -15,6 +15,8 @@ import io
 import math
 import tokenize
 
+import numpy as np
+
 from tensorcad.errors import TensorcadError
 
 from .nodes import (
@@ -32,6 +34,7 @@ from .nodes import (
     Scope,
     Unary,
     Var,
+    is_constant,
 )
 
 MAX_LENGTH = 2_000
@@ -285,6 +288,9 @@ class _Converter:
         op = _ARITHMETIC[op_type]
         self.need_number(node.left, left_kind, op)
         self.need_number(node.right, right_kind, op)
+        if op in ("//", "%") and is_constant(right) and _constant_value(right) == 0:
+            # numpy would give 0 and the generated torch code would raise: refuse it here.
+            raise self.refuse(f"division by zero: {self.source(node)!r}")
         kind: Kind = "float" if "float" in (left_kind, right_kind) else "int"
         return Binary(op, left, right), kind
 
@@ -450,3 +456,11 @@ def _looks_like_a_read(node: ast.Call) -> bool:
     """name(b, q) or name(b, kv): a tensor read, so an unknown name is a port misspelled or unwired."""
     args = [a.id if isinstance(a, ast.Name) else None for a in node.args]
     return not node.keywords and len(args) == 2 and args[0] == "b" and args[1] in ("q", "kv")
+
+
+def _constant_value(expr: Expr) -> float:
+    """The value of an expression that reads no index, tensor or table."""
+    from .numpy_eval import Env, evaluate
+
+    zero = np.zeros((), np.int64)
+    return float(evaluate(expr, Env(b=zero, h=zero, q=zero, kv=zero)))
