@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 flex = pytest.importorskip("torch.nn.attention.flex_attention")
 
+from tensorcad.errors import TensorcadError  # noqa: E402
 from tensorcad.design.expr import (  # noqa: E402
     RELATIVE_BUCKET_SOURCE,
     Box,
