@@ -23,6 +23,8 @@ protocol), so what is compared is what the model runs.
 
 from __future__ import annotations
 
+import math
+
 import time
 from dataclasses import dataclass
 from typing import Callable
@@ -158,11 +160,11 @@ class BlockAgreement:
 
     @property
     def total_difference(self) -> float:
-        return abs(self.engine_total_computed - self.torch_computed) / self.torch_computed
+        return relative_difference(self.engine_total_computed, self.torch_computed)
 
     @property
     def analysis_difference(self) -> float:
-        return abs(self.analysis_computed - self.torch_computed) / self.torch_computed
+        return relative_difference(self.analysis_computed, self.torch_computed)
 
     @property
     def tolerance(self) -> float:
@@ -194,6 +196,13 @@ class BlockAgreement:
             "analysisDifference": self.analysis_difference,
             "seconds": round(self.seconds, 3),
         }
+
+
+def relative_difference(figure: float, reference: float) -> float:
+    """|figure - reference| / reference; a mask that keeps nothing agrees only with nothing."""
+    if reference == 0:
+        return 0.0 if figure == 0 else math.inf
+    return abs(figure - reference) / reference
 
 
 MASK_ELEMENTS = 1 << 26  # scores create_block_mask may hold at once: 64M, half a GiB in int64
@@ -247,7 +256,8 @@ def compare_blocks(attention: Attention, mask_for: MaskFor, seq: int, packing: P
 def _relative_stderr(per_row: np.ndarray) -> float:
     if len(per_row) < 2 or per_row.mean() == 0:
         return 0.0
-    return float(per_row.std(ddof=1) / np.sqrt(len(per_row)) / per_row.mean())
+    mean = per_row.mean()
+    return float(per_row.std(ddof=1) / np.sqrt(len(per_row)) / mean) if mean else 0.0
 
 
 # -- kept scores ---------------------------------------------------------------------
@@ -266,7 +276,7 @@ class KeptAgreement:
 
     @property
     def difference(self) -> float:
-        return abs(self.analysis - self.counted) / self.counted
+        return relative_difference(self.analysis, self.counted)
 
     @property
     def passed(self) -> bool:

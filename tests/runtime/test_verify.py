@@ -124,3 +124,13 @@ def test_every_preset_verifies(name):
     assert report.passed, [(c.name, c.message) for c in report.failures]
     if tensorcad.load(name).input("documents") is None:
         assert report.check("isolation[eager]").skipped
+
+
+def test_a_mask_that_keeps_nothing_agrees_with_nothing():
+    # No kept score anywhere at 256 tokens: both counts are 0, and 0 against 0 is agreement.
+    raw = tensorcad.load("nano-sort").to_dict()
+    attention = raw["nodes"][1]["params"]["block"]["params"]["attention"]
+    attention["mask"] = "(doc(b, q) == doc(b, kv)) & (q * kv * q * kv * q > 1099511627776)"
+    report = verify(raw, seq=256, checks=("block-counts", "kept-scores"))
+    assert [c.status for c in report.checks] == ["passed", "passed"]
+    assert report.checks[0].figures["torch"]["full"] == report.checks[0].figures["torch"]["partial"] == 0
