@@ -233,3 +233,20 @@ def test_window_blocks_count_every_point(seq, w, block, causal):
 def test_bad_input_is_a_tensorcad_error(call):
     with pytest.raises(TensorcadError):
         call()
+
+
+@pytest.mark.parametrize("mean,spread", [(7, 2.0), (2, 3.0), (1.5, 10.0)])
+def test_edge_corrected_counts_whole_tokens_at_tiny_means(mean, spread):
+    # Brute force over the whole-token law itself: lengths max(1, round(X)), X ~ gamma, i.i.d.
+    rng = np.random.default_rng(7)
+    shape, scale = 1 / spread**2, mean * spread**2
+    lengths = np.maximum(np.floor(rng.gamma(shape, scale, 2_000_000) + 0.5), 1).astype(np.int64)
+    seq = 64
+    ends = np.cumsum(lengths)
+    starts = rng.integers(0, ends[-1] - seq, 20_000)
+    # keys of the query at offset t: 1 + min(age, t), age counted back to its document's start
+    t = np.arange(seq)
+    doc = np.searchsorted(ends, starts[:, None] + t, side="right")
+    age = starts[:, None] + t - np.concatenate(([0], ends))[doc]
+    brute = (1 + np.minimum(age, t)).mean()
+    assert cf.edge_corrected(seq, mean, spread) == pytest.approx(brute, rel=0.005)
