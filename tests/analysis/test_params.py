@@ -1,0 +1,23 @@
+"""Parameter counts against the parameters of the built torch model, for every preset (scaled)."""
+
+import pytest
+
+from tensorcad.analysis.params import count_params
+from tensorcad.design import load, preset_names
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.mark.parametrize("name", preset_names())
+def test_total_equals_the_built_models_parameters(name):
+    from tensorcad.runtime import build, scale
+
+    small = scale(load(name), 150_000)
+    model = build(small, form="eager")
+    params = count_params(small)
+    assert params.total == sum(p.numel() for p in model.parameters())  # a tied table counts once
+    tables = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    assert params.embedding == tables
+    # every weight a token multiplies: each nn.Linear's weight, the tied head included
+    matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert params.matmul == matrices
