@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tensorcad.errors import TensorcadError
+
 from .fixtures import Settings, build_model, draw_batch, operating_point, scaled_design, vocab_of
 from .options import CHECK_NAMES, DEFAULTS
 
@@ -235,7 +237,7 @@ def run_checks(
     names = list(only) if only is not None else list(CHECK_NAMES)
     unknown = [n for n in names if n not in CHECKS]
     if unknown:
-        raise ValueError(f"unknown check {unknown[0]!r} ({', '.join(CHECK_NAMES)})")
+        raise TensorcadError("only", f"unknown check {unknown[0]!r} ({', '.join(CHECK_NAMES)})")
     return [run_check(name, ctx) for name in names]
 
 

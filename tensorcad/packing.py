@@ -92,7 +92,8 @@ def packing_of(mean: object, spread: object = None, *, mean_path: str = "pack",
         if spread is not None:
             raise TensorcadError(spread_path, f"needs {mean_path} (the mean document length)")
         return None
-    return Packing(mean, Packing.spread if spread is None else spread)
+    return Packing(check_mean(mean, mean_path),
+                   Packing.spread if spread is None else check_spread(spread, spread_path))
 
 
 def document_lengths(mean: float, spread: float, count: int, seed: int = 0) -> np.ndarray:

@@ -74,7 +74,7 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             raise TensorcadError("op.packing.mean", "a packing needs a mean document length")
         spread = pack.get("spread")
         try:
-            packing = packing_of(pack["mean"], spread)
+            packing = packing_of(pack["mean"], spread, mean_path="packing.mean", spread_path="packing.spread")
         except TensorcadError as e:
             raise TensorcadError(join("op", e.path), e.message) from None
     context = design.context if design is not None else 8192

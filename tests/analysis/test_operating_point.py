@@ -25,12 +25,12 @@ BAD = [
     (["--train-dtype", "int3"], "trainDtype"),
     (["--serve-dtype", "fp2"], "serveDtype"),
     (["--train-dtype", "fp4"], "trainDtype"),
-    (["--pack", "0"], "packing.mean"),
-    (["--pack", "-5"], "packing.mean"),
-    (["--pack", "1e30"], "packing.mean"),
-    (["--pack", "nan"], "packing.mean"),
-    (["--pack", "512", "--pack-spread", "-1"], "packing.spread"),
-    (["--pack", "512", "--pack-spread", "1000"], "packing.spread"),
+    (["--pack", "0"], "--pack"),
+    (["--pack", "-5"], "--pack"),
+    (["--pack", "1e30"], "--pack"),
+    (["--pack", "nan"], "--pack"),
+    (["--pack", "512", "--pack-spread", "-1"], "--pack-spread"),
+    (["--pack", "512", "--pack-spread", "1000"], "--pack-spread"),
     (["--pack-spread", "0.5"], "--pack-spread"),
 ]
 
