@@ -11,24 +11,19 @@ tiles, and a tile holding any kept score is computed whole.
 
 from __future__ import annotations
 
-import numbers
 from fractions import Fraction
 
 import numpy as np
 from scipy.special import gammaincc, gammainccinv
 
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, check_integer
 from tensorcad.packing import MAX_SEQ, check_mean, check_spread
 
 DEFAULT_BLOCK = 128
 
 
 def _positive(value: object, path: str, high: int = MAX_SEQ) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TensorcadError(path, f"expected an integer, got {type(value).__name__}")
-    if not 1 <= int(value) <= high:
-        raise TensorcadError(path, f"expected an integer in [1, {high}], got {int(value)}")
-    return int(value)
+    return check_integer(value, path, 1, high)
 
 
 def _blocks(seq: int, block: int) -> int:

@@ -7,6 +7,8 @@ the CLI can print it as one line and exit 2.
 
 from __future__ import annotations
 
+import numbers
+
 
 class TensorcadError(ValueError):
     """Bad input, with the path of the offending value."""
@@ -25,7 +27,7 @@ def join(path: str, key: str | int) -> str:
 
 
 def check_integer(value: object, path: str, low: int, high: int) -> int:
-    """An integer in low..high (bools refused), or a TensorcadError naming the path."""
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    """An integer (numpy's too; bools refused) in low..high, or a TensorcadError naming the path."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
         raise TensorcadError(path, f"expected an integer in {low:,}..{high:,}, got {value!r}")
-    return value
+    return int(value)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaincinv
 
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, check_integer
 
 MAX_MEAN = 2**24
 MAX_SPREAD = 10.0
@@ -39,15 +39,6 @@ def _real(value: object, path: str) -> float:
     result = float(value)
     if not math.isfinite(result):
         raise TensorcadError(path, f"expected a finite number, got {result}")
-    return result
-
-
-def _integer(value: object, path: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TensorcadError(path, f"expected an integer, got {type(value).__name__}")
-    result = int(value)
-    if not low <= result <= high:
-        raise TensorcadError(path, f"expected an integer in [{low}, {high}], got {result}")
     return result
 
 
@@ -106,8 +97,8 @@ def document_lengths(mean: float, spread: float, count: int, seed: int = 0) -> n
     """
     mean = check_mean(mean, "mean")
     spread = check_spread(spread, "spread")
-    count = _integer(count, "count", 1, 2**31)
-    seed = _integer(seed, "seed", 0, 2**63 - 1)
+    count = check_integer(count, "count", 1, 2**31)
+    seed = check_integer(seed, "seed", 0, 2**63 - 1)
     if spread == 0:
         lengths = np.full(count, mean)
     else:
@@ -138,11 +129,11 @@ class Stream:
 
     @classmethod
     def build(cls, rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0) -> Stream:
-        rows = _integer(rows, "rows", 1, MAX_ROWS)
-        seq = _integer(seq, "seq", 1, MAX_SEQ)
+        rows = check_integer(rows, "rows", 1, MAX_ROWS)
+        seq = check_integer(seq, "seq", 1, MAX_SEQ)
         mean = check_mean(mean, "mean")
         spread = check_spread(spread, "spread")
-        seed = _integer(seed, "seed", 0, 2**63 - 1)
+        seed = check_integer(seed, "seed", 0, 2**63 - 1)
         needed = rows * seq
         # Every length is at least one token, so a mean under 1 still fills
         # the rows with ``needed`` documents; this keeps tiny means bounded.
@@ -301,8 +292,8 @@ def draw(
     ``documents`` starts at 0 in each row and rises by one at each boundary;
     ``positions`` is ``positions_of(documents)``. Same arguments, same arrays.
     """
-    rows = _integer(rows, "rows", 1, MAX_ROWS)
-    seq = _integer(seq, "seq", 1, MAX_SEQ)
+    rows = check_integer(rows, "rows", 1, MAX_ROWS)
+    seq = check_integer(seq, "seq", 1, MAX_SEQ)
     if rows * seq > MAX_DRAWN_TOKENS:
         raise TensorcadError(
             "rows",

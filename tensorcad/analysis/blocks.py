@@ -54,7 +54,6 @@ or n**2 without causality), and as the sampler's keys per query times
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,7 +61,7 @@ import numpy as np
 from tensorcad.design.expr import Box, Const, Expr, interval, variables
 from tensorcad.design.expr.nodes import Binary, Compare, Read, Var
 from tensorcad.design.model import Attention
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import check_integer
 from tensorcad.packing import MAX_SEQ, Packing
 
 from .attention import ROWS, _gathered, _tensor_reads, bare_variables, keys_per_query
@@ -102,9 +101,7 @@ class RowBlocks:
 
 
 def _positive(value: object, path: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 1 <= value <= MAX_SEQ:
-        raise TensorcadError(path, f"expected an integer in [1, {MAX_SEQ}], got {value!r}")
-    return int(value)
+    return check_integer(value, path, 1, MAX_SEQ)
 
 
 def block_counts(attention: Attention, seq: int, packing: Packing | None, seed: int = 0,

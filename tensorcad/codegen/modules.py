@@ -8,7 +8,6 @@ once, so a concept used twice alike is one class.
 
 from __future__ import annotations
 
-from ..design.model import Node
 from . import layout
 from .names import class_name
 

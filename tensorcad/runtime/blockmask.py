@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from tensorcad.design.model import Attention, Design
+from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing, draw
 

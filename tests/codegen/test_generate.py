@@ -8,7 +8,6 @@ bias score), which runs in eager arithmetic only.
 from __future__ import annotations
 
 import ast
-import copy
 import math
 
 import pytest

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-import tensorcad
 from tensorcad.design import load, resolve, show
 from tensorcad.errors import TensorcadError
 
