@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tensorcad.design.expr import Box, Const, Env, Expr, Param, Read, evaluate, interval
-from tensorcad.design.expr.nodes import Binary, Call, Compare, Unary, Var, walk
+from tensorcad.design.expr.nodes import Binary, Call, Compare, Unary, Var, children, tensor_reads
 from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import MAX_SEQ, Packing
@@ -186,7 +186,7 @@ class _Queries:
         self.b = row.astype(np.float64) if "b" in bare else None
         self.h = head.astype(np.float64) if "h" in bare else None
         self.q = t.astype(np.float64)
-        self.reads = _tensor_reads(keep)
+        self.reads = tensor_reads(keep)
         self.at_query = {port: rows.at(role_of[port], row, t).astype(np.float64)
                          for port, index in self.reads if index == "q"}
 
@@ -230,23 +230,11 @@ def bare_variables(expr: Expr) -> frozenset[str]:
             found.add(node.name)
         elif isinstance(node, Read) and not node.table:
             return
-        for child in _children(node):
+        for child in children(node):
             visit(child)
 
     visit(expr)
     return frozenset(found)
-
-
-def _children(node: Expr) -> tuple[Expr, ...]:
-    if isinstance(node, Unary):
-        return (node.operand,)
-    if isinstance(node, (Binary, Compare)):
-        return (node.left, node.right)
-    if isinstance(node, Call):
-        return tuple(node.args)
-    if isinstance(node, Read):
-        return tuple(node.index)
-    return ()
 
 
 def _control_variate(kept: np.ndarray, rows: Rows, query_row: np.ndarray,
@@ -320,17 +308,10 @@ def _split(owner: np.ndarray, lo: np.ndarray, hi: np.ndarray):
 
 def _evaluate_at(keep: Expr, role_of: dict[str, str], rows: Rows, r, h, q, kv) -> np.ndarray:
     values = {(port, index): rows.at(role_of[port], r, q if index == "q" else kv)
-              for port, index in _tensor_reads(keep)}
+              for port, index in tensor_reads(keep)}
     bound = bind_reads(keep, values)
     out = evaluate(bound, Env(b=r, h=h, q=q, kv=kv))
     return np.broadcast_to(out, np.shape(q)).astype(np.float64)
-
-
-@functools.lru_cache(maxsize=256)
-def _tensor_reads(expr: Expr) -> tuple[tuple[str, str], ...]:
-    """(port, "q" | "kv") of every tensor read in the expression."""
-    found = {(n.port, n.index[1].name) for n in walk(expr) if isinstance(n, Read) and not n.table}
-    return tuple(sorted(found))
 
 
 def bind_reads(expr: Expr, values: dict[tuple[str, str], np.ndarray]) -> Expr:

@@ -59,12 +59,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorcad.design.expr import Box, Const, Expr, interval, variables
-from tensorcad.design.expr.nodes import Binary, Compare, Read, Var
+from tensorcad.design.expr.nodes import Binary, Compare, Read, Var, tensor_reads
 from tensorcad.design.model import Attention
 from tensorcad.errors import check_integer
 from tensorcad.packing import MAX_SEQ, Packing
 
-from .attention import ROWS, _gathered, _tensor_reads, bare_variables, keys_per_query
+from .attention import ROWS, _gathered, bare_variables, keys_per_query
 from .rows import Rows, packed_rows, tensor_roles
 
 DEFAULT_BLOCK = 128
@@ -254,7 +254,7 @@ def tile_verdicts(attention: Attention, documents: np.ndarray, positions: np.nda
     hi_q, hi_kv = np.minimum(lo_q + block, seq) - 1, np.minimum(lo_kv + block, seq) - 1
     reads = {(port, index): batch.over(roles[port], r, *((lo_q, hi_q) if index == "q"
                                                          else (lo_kv, hi_kv)))
-             for port, index in _tensor_reads(keep)}
+             for port, index in tensor_reads(keep)}
     verdict = interval(keep, Box(b=(r, r), h=(h, h), q=(lo_q, hi_q), kv=(lo_kv, hi_kv), reads=reads))
     return (np.broadcast_to(verdict.always, r.shape).copy(),
             np.broadcast_to(verdict.maybe, r.shape).copy())
@@ -275,7 +275,7 @@ def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, h
     bare = bare_variables(keep)
     b = row.astype(f64) if "b" in bare else None
     h = head.astype(f64) if "h" in bare else None
-    reads = _tensor_reads(keep)
+    reads = tensor_reads(keep)
     levels = 0
     while SPLIT**levels < blocks:
         levels += 1

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorcad.design.expr import Box, Const, Env, Expr, Read, Var, evaluate, interval, read_range
-from tensorcad.design.expr.nodes import walk
+from tensorcad.design.expr import Box, Const, Env, Expr, evaluate, interval, read_range
+from tensorcad.design.expr.nodes import tensor_reads
 from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing, draw
@@ -80,14 +80,9 @@ def check_cells(cells: object, path: str = "cells") -> int:
     return int(cells)
 
 
-def _tensor_reads(keep: Expr) -> set[tuple[str, str]]:
-    return {(n.port, n.index[1].name) for n in walk(keep)
-            if isinstance(n, Read) and not n.table and isinstance(n.index[1], Var)}
-
-
 def _roles(attention: Attention, keep: Expr) -> dict[str, str]:
     roles = {}
-    for port, _ in _tensor_reads(keep):
+    for port, _ in tensor_reads(keep):
         wire = attention.tensors.get(port)
         role = wire.role if wire is not None else None
         if role not in MADE_UP:
@@ -130,7 +125,7 @@ class _Counter:
     def __init__(self, keep: Expr, tensors: dict[str, np.ndarray], roles: dict[str, str], head: int,
                  seq: int):
         self.keep, self.tensors, self.roles, self.head, self.seq = keep, tensors, roles, head, seq
-        self.reads = _tensor_reads(keep)
+        self.reads = tensor_reads(keep)
         self.kept = np.zeros(0)
         self.stride = 1
 

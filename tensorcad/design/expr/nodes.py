@@ -9,6 +9,7 @@ with ``==``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -180,6 +181,12 @@ def variables(expr: Expr) -> frozenset[str]:
 def reads(expr: Expr) -> frozenset[str]:
     """The port names the expression reads (tensors and tables)."""
     return frozenset(node.port for node in walk(expr) if isinstance(node, Read))
+
+
+@functools.lru_cache(maxsize=256)  # asked on every sampler and block pass over one expression
+def tensor_reads(expr: Expr) -> tuple[tuple[str, str], ...]:
+    """(port, "q" | "kv") of every tensor read in the expression, sorted."""
+    return tuple(sorted({(n.port, n.index[1].name) for n in walk(expr) if isinstance(n, Read) and not n.table}))
 
 
 def is_constant(expr: Expr) -> bool:
