@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Any
 
-from .cli import packing_option
+from .cli import _console, packing_option
 from .errors import TensorcadError
 
 EXIT_FAILED = 1
@@ -22,12 +22,6 @@ EXIT_FAILED = 1
 
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
-
-
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
 
 
 def _status_text(status: str) -> str:
