@@ -57,7 +57,8 @@ def parse_text(text: str, where: str = "", yaml: bool = False) -> dict[str, Any]
 
             content = pyyaml.safe_load(text)
         else:
-            content = json.loads(text, parse_constant=_no_constant)
+            # NaN and Infinity parse, and validation refuses them where they sit, naming the path.
+            content = json.loads(text)
     except TensorcadError:
         raise
     except RecursionError:
@@ -71,10 +72,6 @@ def parse_text(text: str, where: str = "", yaml: bool = False) -> dict[str, Any]
     if not isinstance(content, dict):
         raise TensorcadError(where, f"a design is an object, not {type(content).__name__}")
     return content
-
-
-def _no_constant(name: str) -> Any:
-    raise TensorcadError("", f"{name} is not a number a design may hold")
 
 
 def load(source: str | Path | dict | Design) -> Design:
