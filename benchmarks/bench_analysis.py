@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
 import pytest
 
 from tensorcad.analysis import attention, blocks, report

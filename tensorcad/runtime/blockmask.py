@@ -213,7 +213,8 @@ def compare_blocks(attention: Attention, mask_for: MaskFor, seq: int, packing: P
     """create_block_mask's per-row counts against the engine's, on the engine's rows."""
     from torch.nn.attention.flex_attention import create_block_mask
 
-    from tensorcad.analysis.blocks import block_counts, count_row_blocks
+    from tensorcad.analysis.blocks import block_counts
+    from tensorcad.analysis.tiles import count_row_blocks
 
     start = time.perf_counter()
     documents, positions = rows_for(seq, packing, seed, rows)
@@ -293,7 +294,7 @@ def compare_kept(attention: Attention, mask_for: MaskFor, seq: int, packing: Pac
                  seed: int = 0, rows: int = ROWS) -> KeptAgreement:
     """Scores kept, counted one by one on the engine's rows, against the engine's figures."""
     from tensorcad.analysis.attention import keys_per_query
-    from tensorcad.analysis.blocks import count_row_blocks
+    from tensorcad.analysis.tiles import count_row_blocks
 
     start = time.perf_counter()
     documents, positions = rows_for(seq, packing, seed, rows)

@@ -8,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tensorcad import closed_form as cf
-from tensorcad.analysis.blocks import block_counts, count_row_blocks, tile_verdicts
+from tensorcad.analysis.blocks import block_counts
+from tensorcad.analysis.tiles import count_row_blocks, tile_verdicts
 from tensorcad.design import load
 from tensorcad.design.expr import Env, evaluate
 from tensorcad.errors import TensorcadError

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch.nn.attention.flex_attention import create_block_mask  # noqa: E402
 
-from tensorcad.analysis.blocks import count_row_blocks  # noqa: E402
+from tensorcad.analysis.tiles import count_row_blocks  # noqa: E402
 from tensorcad.design import load  # noqa: E402
 from tensorcad.packing import draw  # noqa: E402
 
