@@ -44,6 +44,26 @@ def _positive(value: object, path: str) -> int:
     return check_integer(value, path, 1, MAX_SEQ)
 
 
+@dataclass(frozen=True)
+class _Tiles:
+    """What deciding the tiles of given rows starts from, for both forms below."""
+
+    roles: dict[str, str]
+    keep: Expr
+    batch: Rows
+    block: int
+    blocks: int
+    heads: int  # 1 when the mask does not read h
+
+    @classmethod
+    def of(cls, attention: Attention, documents, positions, block: int) -> _Tiles:
+        keep = attention.keep if attention.keep is not None else Const(True)
+        batch = Rows.from_arrays(documents, positions)
+        block = _positive(block, "block")
+        return cls(dict(tensor_roles(attention)), keep, batch, block, -(-batch.seq // block),
+                   attention.heads if "h" in variables(keep) else 1)
+
+
 def count_row_blocks(attention: Attention, documents: np.ndarray,
                      positions: np.ndarray | None = None, block: int = DEFAULT_BLOCK) -> RowBlocks:
     """Every tile of the given rows, decided exactly as ``block_counts`` decides them.
@@ -52,18 +72,12 @@ def count_row_blocks(attention: Attention, documents: np.ndarray,
     ``packing.positions_of(documents)``. For tests and the harness, which
     hold these counts to FlexAttention's own ``BlockMask``.
     """
-    roles = tensor_roles(attention)
-    keep = attention.keep if attention.keep is not None else Const(True)
-    batch = Rows.from_arrays(documents, positions)
-    block = _positive(block, "block")
-    rows, seq = batch.count, batch.seq
-    blocks = -(-seq // block)
-    heads = attention.heads if "h" in variables(keep) else 1
-    row, head, qb = (a.ravel() for a in np.meshgrid(np.arange(rows), np.arange(heads),
-                                                    np.arange(blocks), indexing="ij"))
-    full, partial = _decide(keep, dict(roles), batch, row, head, qb, block, seq)
-    shape = (rows, heads, blocks)
-    kept = _kept_per_row(attention, keep, dict(roles), batch, None, 0, dense_heads=heads)
+    t = _Tiles.of(attention, documents, positions, block)
+    row, head, qb = (a.ravel() for a in np.meshgrid(np.arange(t.batch.count), np.arange(t.heads),
+                                                    np.arange(t.blocks), indexing="ij"))
+    full, partial = _decide(t.keep, t.roles, t.batch, row, head, qb, t.block, t.batch.seq)
+    shape = (t.batch.count, t.heads, t.blocks)
+    kept = _kept_per_row(attention, t.keep, t.roles, t.batch, None, 0, dense_heads=t.heads)
     return RowBlocks(full=full.reshape(shape), partial=partial.reshape(shape), kept=kept)
 
 
@@ -74,21 +88,16 @@ def tile_verdicts(attention: Attention, documents: np.ndarray, positions: np.nda
     The flat form of what ``count_row_blocks`` decides coarse to fine; for
     small rows (tests, the editor's preview), since it holds every tile.
     """
-    roles = tensor_roles(attention)
-    keep = attention.keep if attention.keep is not None else Const(True)
-    batch = Rows.from_arrays(documents, positions)
-    block = _positive(block, "block")
-    rows, seq = batch.count, batch.seq
-    blocks = -(-seq // block)
-    heads = attention.heads if "h" in variables(keep) else 1
-    r, h, i, j = np.meshgrid(np.arange(rows), np.arange(heads), np.arange(blocks),
-                             np.arange(blocks), indexing="ij")
+    t = _Tiles.of(attention, documents, positions, block)
+    block, seq = t.block, t.batch.seq
+    r, h, i, j = np.meshgrid(np.arange(t.batch.count), np.arange(t.heads), np.arange(t.blocks),
+                             np.arange(t.blocks), indexing="ij")
     lo_q, lo_kv = i * block, j * block
     hi_q, hi_kv = np.minimum(lo_q + block, seq) - 1, np.minimum(lo_kv + block, seq) - 1
-    reads = {(port, index): batch.over(roles[port], r, *((lo_q, hi_q) if index == "q"
-                                                         else (lo_kv, hi_kv)))
-             for port, index in tensor_reads(keep)}
-    verdict = interval(keep, Box(b=(r, r), h=(h, h), q=(lo_q, hi_q), kv=(lo_kv, hi_kv), reads=reads))
+    reads = {(port, index): t.batch.over(t.roles[port], r, *((lo_q, hi_q) if index == "q"
+                                                             else (lo_kv, hi_kv)))
+             for port, index in tensor_reads(t.keep)}
+    verdict = interval(t.keep, Box(b=(r, r), h=(h, h), q=(lo_q, hi_q), kv=(lo_kv, hi_kv), reads=reads))
     return (np.broadcast_to(verdict.always, r.shape).copy(),
             np.broadcast_to(verdict.maybe, r.shape).copy())
 
