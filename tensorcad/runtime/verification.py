@@ -289,8 +289,8 @@ def _fused(s: _Subject) -> Check:
     return passed("fused-equals-eager", f"largest difference {largest:.3g}", figures)
 
 
-def _mask_subject(s: _Subject, name: str):
-    """(attention, mask maker, packing the engine counts it under), or a skipped Check."""
+def _compared(s: _Subject, name: str, compare):
+    """``compare`` run on the model's own mask over the engine's rows, or the Check that says why not."""
     from tensorcad.analysis.report import reads_documents
 
     from .blockmask import model_mask
@@ -304,18 +304,16 @@ def _mask_subject(s: _Subject, name: str):
     mask_for = model_mask(s.model, s.inputs)
     if mask_for is None:
         return failed(name, "the design has a mask, but the model handed none to attend")
-    return attention, mask_for, (s.packing if reads_documents(attention) else None)
+    packing = s.packing if reads_documents(attention) else None
+    return compare(attention, mask_for, int(s.inputs["ids"].shape[1]), packing, seed=s.seed)
 
 
 def _blocks(s: _Subject) -> Check:
     from .blockmask import compare_blocks
 
-    found = _mask_subject(s, "block-counts")
-    if isinstance(found, Check):
-        return found
-    attention, mask_for, packing = found
-    seq = int(s.inputs["ids"].shape[1])
-    a = compare_blocks(attention, mask_for, seq, packing, seed=s.seed)
+    a = _compared(s, "block-counts", compare_blocks)
+    if isinstance(a, Check):
+        return a
     figures = a.to_json()
     if a.mismatched_rows:
         r = a.mismatched_rows[0]
@@ -333,12 +331,9 @@ def _blocks(s: _Subject) -> Check:
 def _kept(s: _Subject) -> Check:
     from .blockmask import compare_kept
 
-    found = _mask_subject(s, "kept-scores")
-    if isinstance(found, Check):
-        return found
-    attention, mask_for, packing = found
-    seq = int(s.inputs["ids"].shape[1])
-    k = compare_kept(attention, mask_for, seq, packing, seed=s.seed)
+    k = _compared(s, "kept-scores", compare_kept)
+    if isinstance(k, Check):
+        return k
     figures = k.to_json()
     if k.mismatched_rows:
         return failed("kept-scores", f"counted one by one, {len(k.mismatched_rows)} rows differ from the "
