@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 flex = pytest.importorskip("torch.nn.attention.flex_attention")
 
-from tensorcad.errors import TensorcadError  # noqa: E402
+from test_expr_properties import parse_or_skip  # noqa: E402  (the same skip the property suite uses)
 from tensorcad.design.expr import (  # noqa: E402
     RELATIVE_BUCKET_SOURCE,
     Box,
@@ -37,14 +37,6 @@ MASK = Scope("mask", params={"window": 5, "heads": 4}, tensors={"doc", "pos"})
 SCORE = Scope("score", params={"window": 5, "cap": 2.5}, tensors={"doc"}, tables={"bias": 2})
 B, H, T = 2, 4, 32
 
-
-def parse_or_skip(text, scope):
-    """Parse a generated text; a divisor that folds to 0 is refused by design, so skip that example."""
-    try:
-        return parse(text, scope)
-    except TensorcadError as error:
-        assume("division by zero" not in str(error))
-        raise
 
 
 def hf_t5_relative_position_bucket(relative_position, num_buckets=32, max_distance=128):
