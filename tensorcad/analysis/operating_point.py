@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import TensorcadError
 from ..packing import Packing
+from .context_parallel import ContextParallel
 
 MAX_SEQ = 1 << 24
 
@@ -61,6 +62,7 @@ class OperatingPoint:
     serve_dtype: str = DEFAULTS["serve_dtype"]
     seed: int = 0
     block: int = 128
+    cp: ContextParallel | None = None  # context parallelism: ranks splitting each training row
 
     def __post_init__(self) -> None:
         if isinstance(self.seq, bool) or not isinstance(self.seq, int):
@@ -92,6 +94,10 @@ class OperatingPoint:
             )
         if isinstance(self.block, bool) or not isinstance(self.block, int) or not 1 <= self.block <= 4096:
             raise TensorcadError("block", f"{self.block!r} is not an integer in 1..4096")
+        if self.cp is not None:
+            if not isinstance(self.cp, ContextParallel):
+                raise TensorcadError("cp", "expected ContextParallel(size, shard) or None")
+            self.cp.fits(self.seq, self.block)
 
     @property
     def peak(self) -> float:
@@ -109,4 +115,6 @@ class OperatingPoint:
             "tokens": self.tokens,
             "packing": None if self.packing is None else {"mean": self.packing.mean, "spread": self.packing.spread},
         }
+        if self.cp is not None:
+            out["cp"] = self.cp.to_json()
         return out

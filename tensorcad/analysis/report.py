@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from ..design import load
 from ..design.expr import reads
 from ..design.model import Attention, Design
+from ..errors import TensorcadError
 from ..packing import Packing
 from .attention import keys_per_query
 from .blocks import block_counts
+from .context_parallel_report import ContextParallelReport, context_parallel_report
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
 from .operating_point import BYTES, OperatingPoint
 from .params import ParamCount, count_params
@@ -56,6 +58,7 @@ class Report:
     cost: float
     serving_fwd_per_token: float
     per_stream: PerStream | None
+    cp: ContextParallelReport | None = None  # training split across ranks: counted from the slowest
 
     @property
     def training_flops(self) -> Flops:
@@ -68,7 +71,7 @@ class Report:
         serving = {"fwdPerToken": self.serving_fwd_per_token}
         if self.per_stream is not None:
             serving["perStream"] = self.per_stream.to_json()
-        return {
+        out = {
             "design": self.design,
             "operatingPoint": self.operating_point.to_json(),
             "params": self.params.to_json(),
@@ -81,6 +84,9 @@ class Report:
             },
             "serving": serving,
         }
+        if self.cp is not None:
+            out["contextParallel"] = self.cp.to_json()
+        return out
 
 
 def reads_documents(attention: Attention) -> bool:
@@ -150,8 +156,10 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
     if op.packing is not None and any(reads_documents(a) for a, _ in design.attentions()):
         packed = _flops(design, matmul, op.seq, op.packing, op)
     train = packed if packed is not None else flops
+    cp = _context_parallel(design, op, matmul, train) if op.cp is not None else None
+    per_token = cp.train_per_token if cp is not None else train.train_per_token
     tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
-    time = training_time(tokens, train.train_per_token, op.gpus, op.peak, op.mfu, op.price_per_gpu_hour)
+    time = training_time(tokens, per_token, op.gpus, op.peak, op.mfu, op.price_per_gpu_hour)
     return Report(
         design=design.name,
         operating_point=op,
@@ -164,7 +172,19 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         cost=time.cost,
         serving_fwd_per_token=flops.fwd_per_token,
         per_stream=per_stream(design, op.seq, matmul, BYTES[op.serve_dtype]),
+        cp=cp,
     )
+
+
+def _context_parallel(design: Design, op: OperatingPoint, matmul: float, train: Flops) -> ContextParallelReport:
+    documents = op.packing is not None and any(reads_documents(a) for a, _ in design.attentions())
+    if op.cp.shard == "per-document" and not documents:
+        why = "packing is off" if op.packing is None else "no mask reads a documents input"
+        raise TensorcadError("cp.shard", f"per-document sharding splits each document, but {why} "
+                                         "(one document a row): use headtail")
+    return context_parallel_report(
+        design, op, matmul, train.fwd_attention,
+        lambda a: op.packing if documents and reads_documents(a) else None, BYTES[op.train_dtype])
 
 
 def _si(x: float) -> str:

@@ -1,0 +1,362 @@
+"""Context parallelism: what each rank of a CP group computes for a packed row.
+
+Under context parallelism a row of T tokens is split across N ranks: each
+rank holds T/N queries and gathers every key and value, and the step waits
+for the rank with the most attention. Four shardings (PyTorch's load
+balancers in ``torch.distributed.tensor.experimental._context_parallel.
+_load_balancer`` are the reference, ``tests/analysis/test_context_parallel_torch.py``):
+
+- ``contiguous``: rank r holds tokens r*T/N .. (r+1)*T/N - 1 (no balancer);
+- ``headtail`` (``_HeadTailLoadBalancer``): the row is cut in 2N chunks and
+  rank r holds chunks r and 2N-1-r;
+- ``per-document`` (``_PerDocumentHeadTailLoadBalancer``, Megatron's and
+  TransformerEngine's THD split): every document is padded to a multiple of
+  2N, cut in 2N chunks and rank r holds chunks r and 2N-1-r of each; the
+  row is then padded to a multiple of N x 128 (PyTorch's CP block mask needs
+  whole blocks a rank). Padding keeps and is kept by nothing;
+- ``ptrr`` (``_PTRRLoadBalancer``): query blocks sorted by their count of
+  non-empty key blocks are dealt to ranks in a snake (0..N-1, N-1..0, ...).
+
+A rank's work is counted as the kernel does it: each of its query blocks
+against every key block of the gathered (reordered) keys, a block computed
+whole when it holds a kept score. Contiguous, head-tail and PTRR move whole
+query blocks (head-tail only when a chunk is whole blocks, which is
+required), so a rank computes exactly the blocks those query blocks compute
+in the unsharded row: the engine's per-query-block decisions
+(``tiles._decide``, or the same count in closed form for document-causal
+masks) summed by rank. Per-document chunks cut blocks, so its blocks are
+counted on the reordered layout itself (``_per_document``), for masks that
+are causal and/or same-document.
+
+This module holds the per-row figures; ``context_parallel_report`` turns
+them into the report's section. Importing it imports no more than numpy: the
+operating point (and so the CLI's parser) holds a ``ContextParallel``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorcad.errors import TensorcadError, check_integer
+
+SHARDINGS = ("contiguous", "headtail", "per-document", "ptrr")
+DEFAULT_SHARD = "headtail"  # PyTorch's default balancer (_create_default_load_balancer)
+MAX_SIZE = 1024
+
+
+@dataclass(frozen=True)
+class ContextParallel:
+    """``size`` ranks split each training row; ``shard`` says which rank holds which token."""
+
+    size: int
+    shard: str = DEFAULT_SHARD
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", check_integer(self.size, "cp.size", 1, MAX_SIZE))
+        if self.shard not in SHARDINGS:
+            raise TensorcadError("cp.shard", f"unknown sharding {self.shard!r} ({', '.join(SHARDINGS)})")
+
+    def fits(self, seq: int, block: int) -> None:
+        """Refuse a row this sharding cannot split into whole blocks a rank, in one line."""
+        n = self.size
+        if self.shard == "per-document":
+            return  # documents and the row are padded to fit
+        if self.shard == "headtail":
+            if seq % (2 * n):
+                raise TensorcadError("cp.size", f"head-tail cuts the row in 2 x {n} = {2 * n} chunks, "
+                                                f"which does not divide {seq:,} tokens")
+            if (seq // (2 * n)) % block:
+                raise TensorcadError("cp.size", f"head-tail chunks of {seq // (2 * n):,} tokens are not whole "
+                                                f"{block}-token blocks; the engine counts blocks for whole-block chunks")
+            return
+        if seq % n:
+            raise TensorcadError("cp.size", f"{n} ranks do not divide the row of {seq:,} tokens")
+        if (seq // n) % block:
+            raise TensorcadError("cp.size", f"each rank's {seq // n:,} tokens are not whole {block}-token blocks "
+                                            f"(PyTorch's CP block mask needs the row divisible by {n} x {block})")
+
+    def to_json(self) -> dict:
+        return {"size": self.size, "shard": self.shard}
+
+
+@dataclass(frozen=True)
+class RankWork:
+    """Each row's work on each rank: ``blocks`` (rows, N) non-empty tiles, ``kept`` (rows, N)
+    scores kept (None when the mask is not counted exactly), ``tokens`` (rows,) the
+    row's length after the sharding's padding."""
+
+    blocks: np.ndarray
+    kept: np.ndarray | None
+    tokens: np.ndarray
+
+
+def _countable(attention, role_of):
+    from tensorcad.design.expr import Const
+
+    from .tiles import countable
+
+    keep = attention.keep if attention.keep is not None else Const(True)
+    return keep, countable(keep, role_of)
+
+
+def _refuse_heads(attention) -> None:
+    from tensorcad.design.expr import variables
+
+    if attention.keep is not None and "h" in variables(attention.keep):
+        raise TensorcadError(attention.path, "the mask differs by head; PyTorch's CP load balancers "
+                                             "need one mask for every head")
+
+
+def query_block_counts(attention, rows, block: int) -> np.ndarray:
+    """(rows, query blocks): key blocks each query block computes (full + partial).
+
+    Causal masks, with or without documents, in closed form: query block i of
+    a document-causal mask computes key blocks from the one holding the start
+    of its first query's document up to itself (its first query keeps every
+    key between); held to ``tiles._decide`` in the tests. Any other mask goes
+    through ``tiles._decide``, every query block of every row.
+    """
+    from .rows import tensor_roles
+    from .tiles import _decide
+
+    role_of = dict(tensor_roles(attention))
+    keep, kinds = _countable(attention, role_of)
+    seq, count = rows.seq, rows.count
+    blocks = -(-seq // block)
+    starts = np.arange(blocks, dtype=np.int64) * block
+    if kinds is not None and kinds[0]:
+        if kinds[1]:
+            r = np.arange(count)[:, None]
+            first = starts[None, :] - rows.at("positions", r, starts[None, :])
+            return np.arange(blocks)[None, :] - first // block + 1
+        return np.broadcast_to(np.arange(1, blocks + 1), (count, blocks)).copy()
+    if kinds is not None and not kinds[1]:
+        return np.full((count, blocks), blocks, dtype=np.int64)
+    out = np.empty((count, blocks), dtype=np.int64)
+    step = max(1, 65536 // blocks)  # rows a pass, to bound the interpreter's arrays
+    for lo in range(0, count, step):
+        hi = min(lo + step, count)
+        row = np.repeat(np.arange(lo, hi), blocks)
+        qb = np.tile(np.arange(blocks), hi - lo)
+        full, partial = _decide(keep, role_of, rows, row, np.zeros_like(row), qb, block, seq)
+        out[lo:hi] = (full + partial).reshape(hi - lo, blocks)
+    return out
+
+
+def _ordered_pieces(rows) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's document pieces in row order: (lengths, row of each), row-major."""
+    lengths, piece_row = rows.piece_lengths()
+    order = np.argsort(piece_row, kind="stable")  # a row's last piece comes after its cuts
+    return lengths[order].astype(np.int64), piece_row[order]
+
+
+def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
+    """(rows, query blocks): scores each query block keeps, exact; None unless the mask is
+    causal and/or same-document (the only masks whose kept scores are counted exactly)."""
+    from .rows import tensor_roles
+
+    role_of = dict(tensor_roles(attention))
+    _, kinds = _countable(attention, role_of)
+    if kinds is None:
+        return None
+    causal, same = kinds
+    seq, count = rows.seq, rows.count
+    edges = np.minimum(np.arange(-(-seq // block) + 1, dtype=np.int64) * block, seq)
+    if not same:
+        t = edges.astype(np.float64)
+        below = t * (t + 1) / 2 if causal else t * seq
+        return np.broadcast_to(np.diff(below), (count, len(edges) - 1)).copy()
+    # F(t): scores kept by the queries before offset t = the whole pieces before
+    # t's document, plus the part of its own: p(p + 1)/2 (causal) or p * n.
+    lengths, piece_row = _ordered_pieces(rows)
+    n = lengths.astype(np.float64)
+    whole = n * (n + 1) / 2 if causal else n * n
+    first_piece = np.searchsorted(piece_row, np.arange(count))
+    before = np.concatenate([[0.0], np.cumsum(whole)])
+    r = np.arange(count)[:, None]
+    t = np.broadcast_to(np.minimum(edges, seq - 1)[None, :], (count, len(edges)))
+    k = first_piece[:, None] + rows.at("documents", r, t)
+    p = rows.at("positions", r, t).astype(np.float64)
+    part = p * (p + 1) / 2 if causal else p * n[k]
+    below = before[k] - before[first_piece][:, None] + part
+    below[:, -1] = before[first_piece + np.diff(np.append(first_piece, len(n)))] - before[first_piece]
+    return np.diff(below, axis=1)
+
+
+def ptrr_ranks(counts: np.ndarray, size: int) -> np.ndarray:
+    """(rows, query blocks) -> the rank PTRR deals each query block to.
+
+    Blocks in descending order of work (ties in order of position, as a
+    stable sort keeps them) are dealt in rounds of ``size``: even rounds to
+    ranks 0..N-1, odd rounds back from N-1 (a snake).
+    """
+    rows, blocks = counts.shape
+    order = np.argsort(-counts, axis=1, kind="stable")
+    k = np.arange(blocks)
+    slot, turn = k % size, (k // size) % 2
+    rank_at = np.where(turn == 0, slot, size - 1 - slot)
+    out = np.empty_like(order)
+    np.put_along_axis(out, order, np.broadcast_to(rank_at, order.shape), axis=1)
+    return out
+
+
+def block_ranks(shard: str, counts: np.ndarray, size: int) -> np.ndarray:
+    """(rows, query blocks): the rank holding each whole query block (not per-document)."""
+    rows, blocks = counts.shape
+    i = np.arange(blocks)
+    if shard == "contiguous":
+        return np.broadcast_to(i // (blocks // size), counts.shape)
+    if shard == "headtail":
+        chunk = i // (blocks // (2 * size))
+        return np.broadcast_to(np.where(chunk < size, chunk, 2 * size - 1 - chunk), counts.shape)
+    if shard == "ptrr":
+        return ptrr_ranks(counts, size)
+    raise ValueError(shard)
+
+
+def _by_rank(values: np.ndarray, ranks: np.ndarray, size: int) -> np.ndarray:
+    rows = values.shape[0]
+    cell = np.arange(rows)[:, None] * size + ranks
+    return np.bincount(cell.ravel(), weights=values.ravel().astype(np.float64),
+                       minlength=rows * size).reshape(rows, size)
+
+
+def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
+    """Every row's kept scores and computed blocks on each rank, exactly."""
+    from .rows import tensor_roles
+
+    _refuse_heads(attention)
+    cp.fits(rows.seq, block)
+    n = cp.size
+    if cp.shard == "per-document":
+        role_of = dict(tensor_roles(attention))
+        _, kinds = _countable(attention, role_of)
+        if kinds is None or not kinds[1]:
+            raise TensorcadError("cp.shard", "per-document sharding is counted for masks that keep "
+                                             "causal attention within documents only")
+        return _per_document(rows, n, block, causal=kinds[0])
+    counts = query_block_counts(attention, rows, block)
+    ranks = block_ranks(cp.shard, counts, n)
+    kept = query_block_kept(attention, rows, block)
+    return RankWork(blocks=_by_rank(counts, ranks, n).astype(np.int64),
+                    kept=None if kept is None else _by_rank(kept, ranks, n),
+                    tokens=np.full(rows.count, rows.seq, dtype=np.int64))
+
+
+def row_work(attention, documents, cp: ContextParallel, block: int = 128) -> RankWork:
+    """``rank_work`` of given (rows, seq) document ids: for tests and the harness."""
+    from .rows import Rows
+
+    return rank_work(attention, Rows.from_arrays(np.asarray(documents)), cp, block)
+
+
+# -- per-document head-tail ----------------------------------------------------------
+
+
+def padded_pieces(rows, size: int, block: int):
+    """Each piece padded to a multiple of 2N, each row then padded to a multiple of N x block
+    by one piece of padding alone: (lengths, padded lengths, row of each, padded row lengths)."""
+    two = 2 * size
+    lengths, piece_row = _ordered_pieces(rows)
+    padded = -(-lengths // two) * two
+    total = np.bincount(piece_row, weights=padded, minlength=rows.count).astype(np.int64)
+    unit = math.lcm(size * block, two)
+    row_len = -(-total // unit) * unit
+    lengths = np.concatenate([lengths, np.zeros(rows.count, dtype=np.int64)])
+    padded = np.concatenate([padded, row_len - total])
+    piece_row = np.concatenate([piece_row, np.arange(rows.count)])
+    order = np.lexsort((np.r_[np.zeros(len(padded) - rows.count), np.ones(rows.count)], piece_row))
+    return lengths[order], padded[order], piece_row[order], row_len
+
+
+def _per_document(rows, n: int, block: int, causal: bool) -> RankWork:
+    """Per-document head-tail, counted on the reordered layout.
+
+    Every rank's tokens are laid out alike: piece d's chunk r then its chunk
+    2N-1-r, at local offset O_d (the sum of 2c over the pieces before; c the
+    piece's chunk). Keys are gathered rank after rank, and a rank's segment is
+    whole blocks, so a query block's key blocks are counted within each key
+    rank sigma's segment: for a piece whose latest real query in the block is
+    at position m (chunk K = m // c), rank sigma's kept keys of that piece are
+    one run from O_d, of length c, m % c + 1, 2c or nothing, as chunk sigma
+    and chunk 2N-1-sigma fall below, at or above K. Runs of consecutive pieces
+    share a block where one ends in the block the next begins in.
+    """
+    length, padded, piece_row, row_len = padded_pieces(rows, n, block)
+    c = padded // (2 * n)
+    start_of_row = np.searchsorted(piece_row, np.arange(rows.count))
+    before = np.concatenate([[0], np.cumsum(2 * c)])
+    local = before[:-1] - before[start_of_row][piece_row]  # O_d
+    rank = np.arange(n)
+    kept = _per_document_kept(length, c, piece_row, rows.count, n, causal)
+    blocks = np.zeros((rows.count, n))
+    # Pieces of whole rows at a time, so the (entries, N, N) arrays stay small.
+    per_row = np.bincount(piece_row, weights=-(-2 * c // block) + 1, minlength=rows.count)
+    budget = max(1, int(2_000_000 // (n * n)))
+    lo = 0
+    while lo < rows.count:
+        hi = lo + 1
+        while hi < rows.count and per_row[lo:hi + 1].sum() <= budget:
+            hi += 1
+        sel = np.flatnonzero((piece_row >= lo) & (piece_row < hi) & (c > 0))
+        blocks[lo:hi] = _per_document_blocks(length[sel], c[sel], local[sel], piece_row[sel] - lo,
+                                             hi - lo, n, block, rank, causal)
+        lo = hi
+    return RankWork(blocks=blocks.astype(np.int64), kept=kept, tokens=row_len)
+
+
+def _per_document_kept(length, c, piece_row, count, n, causal) -> np.ndarray:
+    """(rows, N) scores kept: rank r's queries are chunk r and chunk 2N-1-r of every piece."""
+    rank = np.arange(n)[None, :]
+    L, c = length[:, None].astype(np.float64), c[:, None].astype(np.float64)
+    out = np.zeros((len(length), n))
+    for chunk in (rank, 2 * n - 1 - rank):
+        lo, hi = np.minimum(chunk * c, L), np.minimum((chunk + 1) * c, L)
+        out += (hi * (hi + 1) - lo * (lo + 1)) / 2 if causal else (hi - lo) * L
+    cell = piece_row[:, None] * n + rank
+    return np.bincount(cell.ravel(), weights=out.ravel(), minlength=count * n).reshape(count, n)
+
+
+def _per_document_blocks(length, c, local, piece_row, count, n, block, rank, causal) -> np.ndarray:
+    # Entries: (piece, local query block) pairs where the piece's 2c local tokens meet the block.
+    first_block = local // block
+    spans = (local + 2 * c - 1) // block - first_block + 1
+    piece = np.repeat(np.arange(len(c)), spans)
+    ramp = np.arange(len(piece)) - np.repeat(np.cumsum(spans) - spans, spans)
+    qblock = first_block[piece] + ramp
+    L, cc, O = length[piece][:, None], c[piece][:, None], local[piece][:, None]
+    u = np.maximum(qblock[:, None] * block, O) - O  # the block's first and last local token of the piece
+    v = np.minimum(qblock[:, None] * block + block, O + 2 * cc) - 1 - O
+    rho = rank[None, :]
+    # The latest real query of the piece in the block, for each querying rank rho.
+    tail_lo = (2 * n - 1 - rho) * cc + np.maximum(u - cc, 0)
+    tail_hi = (2 * n - 1 - rho) * cc + (v - cc)
+    head_lo, head_hi = rho * cc + u, rho * cc + np.minimum(v, cc - 1)
+    tail = (v >= cc) & (tail_lo <= L - 1)
+    head = (u < cc) & (head_lo <= L - 1)
+    m = np.where(tail, np.minimum(tail_hi, L - 1), np.where(head, np.minimum(head_hi, L - 1), -1))
+    if not causal:
+        m = np.where(m >= 0, L - 1, -1)  # any real query keeps the whole document
+    K, e = (m // cc)[:, :, None], (m % cc)[:, :, None]
+    sigma = rank[None, None, :]
+    c3 = cc[:, :, None]
+    tau = 2 * n - 1 - K
+    early = np.where(sigma < K, c3, np.where(sigma == K, e + 1, 0))
+    late = np.where(sigma < tau, c3, np.where(sigma == tau, c3 + e + 1, 2 * c3))
+    run = np.where(m[:, :, None] < 0, 0, np.where(K < n, early, late))  # (entries, rho, sigma)
+    start = O[:, :, None] // block
+    end = np.where(run > 0, (O[:, :, None] + run - 1) // block, -1)
+    # Distinct blocks within each (row, query block): pieces' runs are sorted and
+    # disjoint, so a run adds its blocks past the last block of the runs before it.
+    group = (piece_row[piece] * (qblock.max() + 1) + qblock)[:, None, None]
+    big = int(qblock.max()) + 2 + int((local + 2 * c).max()) // block
+    tagged = np.maximum.accumulate(np.where(run > 0, end, -1) + group * big, axis=0)
+    previous = np.full_like(tagged, -1)
+    previous[1:] = tagged[:-1]
+    previous = np.maximum(previous - group * big, -1)
+    new = np.where(run > 0, end - np.maximum(start - 1, previous), 0).sum(axis=2)
+    cell = piece_row[piece][:, None] * n + rho
+    return np.bincount(cell.ravel(), weights=new.ravel(), minlength=count * n).reshape(count, n)
