@@ -218,6 +218,17 @@ def render(report: Report):
         t.add_row("  packed attention", f"{_si(k.fwd_attention)}FLOP",
                   f"{k.keys_per_query:,.1f} keys a query, {k.attention_share:.1%} of the forward pass")
         t.add_row("  in whole blocks", f"{_si(k.fwd_attention_blocks)}FLOP", f"{k.block_ratio:.2f}x the kept scores")
+    if report.cp is not None:
+        c = report.cp
+        t.add_row(f"context parallel", f"{c.cp.size} ranks", f"{c.cp.shard} sharding")
+        t.add_row("  slowest / mean rank", f"{c.max_over_mean:.3f}", f"computed blocks (± {c.max_over_mean_error:.3f})"
+                  + ("" if c.kept_max_over_mean is None else f"; kept scores {c.kept_max_over_mean:.3f}"))
+        t.add_row("  blocks a rank", f"{min(c.blocks):,.0f} .. {max(c.blocks):,.0f}", "a row, per layer")
+        if c.padding_tokens:
+            t.add_row("  padding", f"{c.padding_tokens:,.0f}", f"tokens a row ({c.padding_tokens / op.seq:.1%})")
+        t.add_row("  KV gathered", f"{c.kv_gather_bytes_per_layer / 2**20:,.1f} MiB", "a rank, a layer")
+        t.add_row("  train / token", f"{_si(c.train_per_token)}FLOP",
+                  f"counted from the slowest rank ({c.slowest_over_balanced:.2f}x the row's own attention)")
     t.add_row("training tokens", f"{report.training_tokens:,.4g}", "")
     t.add_row("training time", f"{report.training_seconds / 86400:,.2f} days",
               f"{op.gpus:,} x {op.hardware} {op.train_dtype} at {op.mfu:.0%} MFU")
