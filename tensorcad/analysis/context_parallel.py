@@ -280,30 +280,30 @@ def _per_document(rows, n: int, block: int, causal: bool) -> RankWork:
     piece's chunk). Keys are gathered rank after rank, and a rank's segment is
     whole blocks, so a query block's key blocks are counted within each key
     rank sigma's segment: for a piece whose latest real query in the block is
-    at position m (chunk K = m // c), rank sigma's kept keys of that piece are
-    one run from O_d, of length c, m % c + 1, 2c or nothing, as chunk sigma
-    and chunk 2N-1-sigma fall below, at or above K. Runs of consecutive pieces
-    share a block where one ends in the block the next begins in.
+    at position m (chunk K = m // c, e = m % c), rank sigma's kept keys of that
+    piece are one run from O_d whose length, as sigma goes 0..N-1, is
+    c up to K, e + 1 at K, nothing after (K < N); or, with tau = 2N-1-K,
+    c up to tau, c + e + 1 at tau, 2c after (K >= N). Runs of the pieces in
+    one query block are disjoint and sorted; a run shares its first block with
+    the runs before it exactly when one of them reaches into that block.
     """
     length, padded, piece_row, row_len = padded_pieces(rows, n, block)
     c = padded // (2 * n)
     start_of_row = np.searchsorted(piece_row, np.arange(rows.count))
     before = np.concatenate([[0], np.cumsum(2 * c)])
     local = before[:-1] - before[start_of_row][piece_row]  # O_d
-    rank = np.arange(n)
     kept = _per_document_kept(length, c, piece_row, rows.count, n, causal)
+    # Whole rows at a time, so the (entries, N) arrays stay a few million cells.
+    entries = np.bincount(piece_row, weights=-(-2 * c // block) + 1, minlength=rows.count)
+    bounds = np.searchsorted(np.cumsum(entries), np.arange(1, rows.count + 1) * max(1, 4_000_000 // n))
     blocks = np.zeros((rows.count, n))
-    # Pieces of whole rows at a time, so the (entries, N, N) arrays stay small.
-    per_row = np.bincount(piece_row, weights=-(-2 * c // block) + 1, minlength=rows.count)
-    budget = max(1, int(2_000_000 // (n * n)))
     lo = 0
-    while lo < rows.count:
-        hi = lo + 1
-        while hi < rows.count and per_row[lo:hi + 1].sum() <= budget:
-            hi += 1
+    for hi in np.unique(np.clip(np.append(bounds, rows.count), 1, rows.count)):
+        if hi <= lo:
+            continue
         sel = np.flatnonzero((piece_row >= lo) & (piece_row < hi) & (c > 0))
         blocks[lo:hi] = _per_document_blocks(length[sel], c[sel], local[sel], piece_row[sel] - lo,
-                                             hi - lo, n, block, rank, causal)
+                                             hi - lo, n, block, causal)
         lo = hi
     return RankWork(blocks=blocks.astype(np.int64), kept=kept, tokens=row_len)
 
@@ -320,7 +320,7 @@ def _per_document_kept(length, c, piece_row, count, n, causal) -> np.ndarray:
     return np.bincount(cell.ravel(), weights=out.ravel(), minlength=count * n).reshape(count, n)
 
 
-def _per_document_blocks(length, c, local, piece_row, count, n, block, rank, causal) -> np.ndarray:
+def _per_document_blocks(length, c, local, piece_row, count, n, block, causal) -> np.ndarray:
     # Entries: (piece, local query block) pairs where the piece's 2c local tokens meet the block.
     first_block = local // block
     spans = (local + 2 * c - 1) // block - first_block + 1
@@ -330,8 +330,8 @@ def _per_document_blocks(length, c, local, piece_row, count, n, block, rank, cau
     L, cc, O = length[piece][:, None], c[piece][:, None], local[piece][:, None]
     u = np.maximum(qblock[:, None] * block, O) - O  # the block's first and last local token of the piece
     v = np.minimum(qblock[:, None] * block + block, O + 2 * cc) - 1 - O
-    rho = rank[None, :]
-    # The latest real query of the piece in the block, for each querying rank rho.
+    rho = np.arange(n)[None, :]
+    # The latest real query of the piece in the block, for each querying rank rho (columns).
     tail_lo = (2 * n - 1 - rho) * cc + np.maximum(u - cc, 0)
     tail_hi = (2 * n - 1 - rho) * cc + (v - cc)
     head_lo, head_hi = rho * cc + u, rho * cc + np.minimum(v, cc - 1)
@@ -340,23 +340,36 @@ def _per_document_blocks(length, c, local, piece_row, count, n, block, rank, cau
     m = np.where(tail, np.minimum(tail_hi, L - 1), np.where(head, np.minimum(head_hi, L - 1), -1))
     if not causal:
         m = np.where(m >= 0, L - 1, -1)  # any real query keeps the whole document
-    K, e = (m // cc)[:, :, None], (m % cc)[:, :, None]
-    sigma = rank[None, None, :]
-    c3 = cc[:, :, None]
+    real = m >= 0
+    K, e = np.where(real, m // cc, 0), np.where(real, m % cc, 0)
+    early = K < n
     tau = 2 * n - 1 - K
-    early = np.where(sigma < K, c3, np.where(sigma == K, e + 1, 0))
-    late = np.where(sigma < tau, c3, np.where(sigma == tau, c3 + e + 1, 2 * c3))
-    run = np.where(m[:, :, None] < 0, 0, np.where(K < n, early, late))  # (entries, rho, sigma)
-    start = O[:, :, None] // block
-    end = np.where(run > 0, (O[:, :, None] + run - 1) // block, -1)
-    # Distinct blocks within each (row, query block): pieces' runs are sorted and
-    # disjoint, so a run adds its blocks past the last block of the runs before it.
-    group = (piece_row[piece] * (qblock.max() + 1) + qblock)[:, None, None]
-    big = int(qblock.max()) + 2 + int((local + 2 * c).max()) // block
-    tagged = np.maximum.accumulate(np.where(run > 0, end, -1) + group * big, axis=0)
-    previous = np.full_like(tagged, -1)
-    previous[1:] = tagged[:-1]
-    previous = np.maximum(previous - group * big, -1)
-    new = np.where(run > 0, end - np.maximum(start - 1, previous), 0).sum(axis=2)
+
+    def reach(run):  # blocks a run of this length from O touches
+        return (O + run - 1) // block - O // block + 1
+
+    total = np.where(early, K * reach(cc) + reach(e + 1),
+                     tau * reach(cc) + reach(cc + e + 1) + (n - 1 - tau) * reach(2 * cc))
+    total = np.where(real, total, 0)
+    # Sharing: a run shares its first block (the query block's own, i, for every
+    # piece after the block's first) when an earlier piece's run reaches i * block.
+    # An early run's reach falls with sigma (ranks 0..P-1 reach), a late one's
+    # rises (ranks S..N-1 reach).
+    x = qblock[:, None] * block
+    prefix = np.where(real & early & (O + cc - 1 >= x), K + (O + e >= x), 0)
+    suffix = np.where(~real | early, n,
+                      np.where(O + cc - 1 >= x, 0, np.where(O + cc + e >= x, tau,
+                                                            np.where(O + 2 * cc - 1 >= x, tau + 1, n))))
+    group = (piece_row[piece] * (int(qblock.max()) + 1) + qblock)[:, None]
+    big = n + 1
+    most = np.maximum.accumulate(prefix + group * big, axis=0)
+    least = np.minimum.accumulate(suffix - group * big, axis=0)
+    P = np.zeros_like(prefix)
+    S = np.full_like(suffix, n)
+    P[1:] = np.maximum(most[:-1] - group[1:] * big, 0)
+    S[1:] = np.minimum(least[:-1] + group[1:] * big, n)
+    upto = np.where(real, np.where(early, K + 1, n), 0)  # ranks sigma where this piece's run is not empty
+    shared = np.where(S <= P, upto, np.minimum(upto, P) + np.maximum(upto - np.maximum(S, P), 0))
+    new = total - shared
     cell = piece_row[piece][:, None] * n + rho
     return np.bincount(cell.ravel(), weights=new.ravel(), minlength=count * n).reshape(count, n)
