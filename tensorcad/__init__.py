@@ -20,6 +20,7 @@ _LAZY = {
     "Report": ("tensorcad.analysis.report", "Report"),
     "OperatingPoint": ("tensorcad.analysis.operating_point", "OperatingPoint"),
     "Packing": ("tensorcad.packing", "Packing"),
+    "ContextParallel": ("tensorcad.analysis.context_parallel", "ContextParallel"),
     "check": ("tensorcad.rules", "check"),
     "Diagnostic": ("tensorcad.rules", "Diagnostic"),
     "generate": ("tensorcad.codegen", "generate"),
