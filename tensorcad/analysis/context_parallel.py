@@ -147,10 +147,15 @@ def query_block_counts(attention, rows, block: int) -> np.ndarray:
 
 
 def _ordered_pieces(rows) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's document pieces in row order: (lengths, row of each), row-major."""
-    lengths, piece_row = rows.piece_lengths()
-    order = np.argsort(piece_row, kind="stable")  # a row's last piece comes after its cuts
-    return lengths[order].astype(np.int64), piece_row[order]
+    """Every piece of every row in row order, from the boundaries themselves: (lengths, row
+    of each). Each row's pieces run from 0 through its cuts to ``seq``, so they tile it."""
+    b = rows.boundaries
+    count, seq = rows.count, rows.seq
+    per_row = np.diff(b.offsets)
+    # A row's piece starts: 0, then its cuts; ends: its cuts, then seq.
+    starts = np.insert(b.cuts.astype(np.int64), b.offsets[:-1], 0)
+    ends = np.insert(b.cuts.astype(np.int64), b.offsets[1:], seq)
+    return ends - starts, np.repeat(np.arange(count), per_row + 1)
 
 
 def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
