@@ -93,13 +93,40 @@ class RankWork:
     tokens: np.ndarray
 
 
-def _countable(attention, role_of):
+def _mask_parts(attention, role_of):
+    """(keep, (causal, same document, window or None)) when the mask is only those parts
+    (a window only with causality: q - kv < W), else (keep, None)."""
     from tensorcad.design.expr import Const
+    from tensorcad.design.expr.nodes import Binary, Compare, Param, Var
 
-    from .tiles import countable
+    from .tiles import _conjuncts, _is_causal, _is_same_document
 
     keep = attention.keep if attention.keep is not None else Const(True)
-    return keep, countable(keep, role_of)
+    causal = same = False
+    window = None
+    for part in _conjuncts(keep):
+        if _is_causal(part):
+            causal = True
+        elif _is_same_document(part, role_of):
+            same = True
+        elif (isinstance(part, Compare) and part.op == "<" and part.left == Binary("-", Var("q"), Var("kv"))
+              and isinstance(part.right, Param) and isinstance(part.right.value, int)):
+            window = part.right.value if window is None else min(window, part.right.value)
+        elif not (isinstance(part, Const) and part.value is True):
+            return keep, None
+    if window is not None and not causal:
+        return keep, None
+    return keep, (causal, same, window)
+
+
+def _below(x: np.ndarray, window: int | None) -> np.ndarray:
+    """Scores kept by the first x queries of a document under causality (and a window W):
+    sum of min(p + 1, W) for p < x."""
+    x = np.asarray(x, dtype=np.float64)
+    if window is None:
+        return x * (x + 1) / 2
+    w = float(window)
+    return np.where(x <= w, x * (x + 1) / 2, w * (w + 1) / 2 + (x - w) * w)
 
 
 def _refuse_heads(attention) -> None:
@@ -113,26 +140,30 @@ def _refuse_heads(attention) -> None:
 def query_block_counts(attention, rows, block: int) -> np.ndarray:
     """(rows, query blocks): key blocks each query block computes (full + partial).
 
-    Causal masks, with or without documents, in closed form: query block i of
-    a document-causal mask computes key blocks from the one holding the start
-    of its first query's document up to itself (its first query keeps every
-    key between); held to ``tiles._decide`` in the tests. Any other mask goes
-    through ``tiles._decide``, every query block of every row.
+    Causal masks, with or without documents and windows, in closed form: a
+    query keeps the keys from max(its document's start, q - W + 1) to itself,
+    a bound that never falls along the row, so query block i computes the key
+    blocks from the one holding its first query's bound up to itself; held to
+    ``tiles._decide`` in the tests. Any other mask goes through
+    ``tiles._decide``, every query block of every row.
     """
     from .rows import tensor_roles
     from .tiles import _decide
 
     role_of = dict(tensor_roles(attention))
-    keep, kinds = _countable(attention, role_of)
+    keep, kinds = _mask_parts(attention, role_of)
     seq, count = rows.seq, rows.count
     blocks = -(-seq // block)
     starts = np.arange(blocks, dtype=np.int64) * block
     if kinds is not None and kinds[0]:
-        if kinds[1]:
+        causal, same, window = kinds
+        first = np.broadcast_to(np.zeros(blocks, dtype=np.int64), (count, blocks))
+        if same:
             r = np.arange(count)[:, None]
             first = starts[None, :] - rows.at("positions", r, starts[None, :])
-            return np.arange(blocks)[None, :] - first // block + 1
-        return np.broadcast_to(np.arange(1, blocks + 1), (count, blocks)).copy()
+        if window is not None:
+            first = np.maximum(first, starts[None, :] - window + 1)
+        return np.arange(blocks)[None, :] - first // block + 1
     if kinds is not None and not kinds[1]:
         return np.full((count, blocks), blocks, dtype=np.int64)
     out = np.empty((count, blocks), dtype=np.int64)
@@ -160,32 +191,32 @@ def _ordered_pieces(rows) -> tuple[np.ndarray, np.ndarray]:
 
 def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
     """(rows, query blocks): scores each query block keeps, exact; None unless the mask is
-    causal and/or same-document (the only masks whose kept scores are counted exactly)."""
+    causal (with a window or not) and/or same-document, the masks counted exactly."""
     from .rows import tensor_roles
 
     role_of = dict(tensor_roles(attention))
-    _, kinds = _countable(attention, role_of)
+    _, kinds = _mask_parts(attention, role_of)
     if kinds is None:
         return None
-    causal, same = kinds
+    causal, same, window = kinds
     seq, count = rows.seq, rows.count
     edges = np.minimum(np.arange(-(-seq // block) + 1, dtype=np.int64) * block, seq)
     if not same:
         t = edges.astype(np.float64)
-        below = t * (t + 1) / 2 if causal else t * seq
+        below = _below(t, window) if causal else t * seq
         return np.broadcast_to(np.diff(below), (count, len(edges) - 1)).copy()
     # F(t): scores kept by the queries before offset t = the whole pieces before
-    # t's document, plus the part of its own: p(p + 1)/2 (causal) or p * n.
+    # t's document, plus the part of its own: sum of min(p + 1, W) (causal) or p * n.
     lengths, piece_row = _ordered_pieces(rows)
     n = lengths.astype(np.float64)
-    whole = n * (n + 1) / 2 if causal else n * n
+    whole = _below(n, window) if causal else n * n
     first_piece = np.searchsorted(piece_row, np.arange(count))
     before = np.concatenate([[0.0], np.cumsum(whole)])
     r = np.arange(count)[:, None]
     t = np.broadcast_to(np.minimum(edges, seq - 1)[None, :], (count, len(edges)))
     k = first_piece[:, None] + rows.at("documents", r, t)
     p = rows.at("positions", r, t).astype(np.float64)
-    part = p * (p + 1) / 2 if causal else p * n[k]
+    part = _below(p, window) if causal else p * n[k]
     below = before[k] - before[first_piece][:, None] + part
     below[:, -1] = before[first_piece + np.diff(np.append(first_piece, len(n)))] - before[first_piece]
     return np.diff(below, axis=1)
@@ -238,10 +269,10 @@ def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
     n = cp.size
     if cp.shard == "per-document":
         role_of = dict(tensor_roles(attention))
-        _, kinds = _countable(attention, role_of)
-        if kinds is None or not kinds[1]:
+        _, kinds = _mask_parts(attention, role_of)
+        if kinds is None or not kinds[1] or kinds[2] is not None:
             raise TensorcadError("cp.shard", "per-document sharding is counted for masks that keep "
-                                             "causal attention within documents only")
+                                             "causal attention within documents only (no window)")
         return _per_document(rows, n, block, causal=kinds[0])
     counts = query_block_counts(attention, rows, block)
     ranks = block_ranks(cp.shard, counts, n)

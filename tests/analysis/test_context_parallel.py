@@ -70,19 +70,38 @@ def test_per_query_block_closed_form_equals_the_tiles(mean, spread, seed):
     assert kept.sum(axis=1).tolist() == tiles.kept.tolist()
 
 
-def test_windowed_masks_go_through_the_interval_interpreter():
-    # A sliding window is not closed-form here: every query block is decided by tiles._decide.
-    design = tensorcad.load({**DESIGN.source, "nodes": [
-        n if n["id"] != "layers" else {**n, "params": {**n["params"], "block": {**n["params"]["block"], "params": {
-            **n["params"]["block"]["params"], "attention": {**n["params"]["block"]["params"]["attention"],
-                                                             "window": 512}}}}}
-        for n in DESIGN.source["nodes"]]})
-    windowed = design.attentions()[0][0]
+def _attention_with(**attention):
+    """llama-3-8b-documents' attention with some params replaced."""
+    nodes = []
+    for n in DESIGN.source["nodes"]:
+        if n["id"] == "layers":
+            block = n["params"]["block"]
+            params = {**block["params"], "attention": {**block["params"]["attention"], **attention}}
+            n = {**n, "params": {**n["params"], "block": {**block, "params": params}}}
+        nodes.append(n)
+    return tensorcad.load({**DESIGN.source, "nodes": nodes}).attentions()[0][0]
+
+
+@pytest.mark.parametrize("window", [100, 512, 1000])
+def test_windowed_closed_form_equals_the_tiles_and_brute_force(window):
+    windowed = _attention_with(window=window)
     documents, _ = draw(4, 2048, 400, 1.0, 3)
-    tiles = count_row_blocks(windowed, documents)
-    counts = query_block_counts(windowed, Rows.from_arrays(documents), 128)
-    assert (counts == (tiles.full + tiles.partial)[:, 0]).all()
-    assert query_block_kept(windowed, Rows.from_arrays(documents), 128) is None
+    rows = Rows.from_arrays(documents)
+    tiles = count_row_blocks(windowed, documents)  # kept: every score evaluated (a window is not countable there)
+    assert (query_block_counts(windowed, rows, 128) == (tiles.full + tiles.partial)[:, 0]).all()
+    assert query_block_kept(windowed, rows, 128).sum(axis=1).tolist() == tiles.kept.tolist()
+
+
+def test_other_masks_go_through_the_interval_interpreter():
+    # Not causal, with a window: |q - kv| < W within documents, decided by tiles._decide.
+    both_ways = _attention_with(causal=False, window=300)
+    documents, _ = draw(3, 1024, 300, 1.0, 4)
+    rows = Rows.from_arrays(documents)
+    tiles = count_row_blocks(both_ways, documents)
+    assert (query_block_counts(both_ways, rows, 128) == (tiles.full + tiles.partial)[:, 0]).all()
+    assert query_block_kept(both_ways, rows, 128) is None
+    work = rank_work(both_ways, rows, ContextParallel(4, "ptrr"), 128)
+    assert work.kept is None and (work.blocks.sum(axis=1) == (tiles.full + tiles.partial)[:, 0].sum(axis=1)).all()
 
 
 def test_ranks_sum_to_the_row_for_whole_block_shardings():

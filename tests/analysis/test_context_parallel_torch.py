@@ -75,7 +75,7 @@ def _rank_major(indices: torch.Tensor, lengths: list[int], size: int) -> torch.T
     return torch.cat([torch.cat(p) for p in parts])
 
 
-def torch_ranks(documents: np.ndarray, size: int, shard: str, kept: bool = True):
+def torch_ranks(documents: np.ndarray, size: int, shard: str, kept: bool = True, window: int | None = None):
     """(blocks, kept) of each rank for one row, from PyTorch's balancers and BlockMask
     (kept None unless asked: the dense mask is the slow part)."""
     if shard == "per-document":
@@ -88,7 +88,8 @@ def torch_ranks(documents: np.ndarray, size: int, shard: str, kept: bool = True)
     doc = torch.from_numpy(ids)
 
     def document_causal(b, h, q, kv):
-        return (q >= kv) & (doc[q] == doc[kv]) & (doc[q] >= 0)
+        keep = (q >= kv) & (doc[q] == doc[kv]) & (doc[q] >= 0)
+        return keep if window is None else keep & (q - kv < window)
 
     if shard == "contiguous":
         indices = torch.arange(seq)
@@ -142,6 +143,28 @@ def test_each_rank_equals_pytorch_row_by_row(shard, size, seq, mean, spread, row
         blocks, kept = torch_ranks(documents[r], size, shard)
         assert engine.blocks[r].tolist() == blocks.tolist(), (r, engine.blocks[r], blocks)
         assert engine.kept[r].tolist() == kept.tolist(), (r, engine.kept[r], kept)
+
+
+def _windowed(window: int):
+    nodes = []
+    for n in DESIGN.source["nodes"]:
+        if n["id"] == "layers":
+            block = n["params"]["block"]
+            attention = {**block["params"]["attention"], "window": window}
+            n = {**n, "params": {**n["params"], "block": {**block, "params": {**block["params"],
+                                                                                "attention": attention}}}}
+        nodes.append(n)
+    return tensorcad.load({**DESIGN.source, "nodes": nodes}).attentions()[0][0]
+
+
+@pytest.mark.parametrize("shard", ["contiguous", "headtail", "ptrr"])
+def test_sliding_window_within_documents_equals_pytorch(shard):
+    documents, _ = draw(3, 1024, 400, 1.0, 9)
+    engine = row_work(_windowed(200), documents, ContextParallel(4, shard), BLOCK)
+    for r in range(len(documents)):
+        blocks, kept = torch_ranks(documents[r], 4, shard, window=200)
+        assert engine.blocks[r].tolist() == blocks.tolist()
+        assert engine.kept[r].tolist() == kept.tolist()
 
 
 @pytest.mark.slow
