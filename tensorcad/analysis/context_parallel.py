@@ -23,10 +23,11 @@ whole when it holds a kept score. Contiguous, head-tail and PTRR move whole
 query blocks (head-tail only when a chunk is whole blocks, which is
 required), so a rank computes exactly the blocks those query blocks compute
 in the unsharded row: the engine's per-query-block decisions
-(``tiles._decide``, or the same count in closed form for document-causal
-masks) summed by rank. Per-document chunks cut blocks, so its blocks are
-counted on the reordered layout itself (``_per_document``), for masks that
-are causal and/or same-document.
+(``tiles._decide``, or the same count in closed form for causal masks with
+documents and windows) summed by rank. Per-document chunks cut blocks, so its
+blocks are counted on the reordered layout itself
+(``context_parallel_documents``), for masks that are causal and/or
+same-document.
 
 This module holds the per-row figures; ``context_parallel_report`` turns
 them into the report's section. Importing it imports no more than numpy: the
@@ -35,7 +36,6 @@ operating point (and so the CLI's parser) holds a ``ContextParallel``.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -273,7 +273,11 @@ def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
         if kinds is None or not kinds[1] or kinds[2] is not None:
             raise TensorcadError("cp.shard", "per-document sharding is counted for masks that keep "
                                              "causal attention within documents only (no window)")
-        return _per_document(rows, n, block, causal=kinds[0])
+        from .context_parallel_documents import per_document
+
+        lengths, piece_row = _ordered_pieces(rows)
+        blocks, kept, tokens = per_document(lengths, piece_row, rows.count, n, block, causal=kinds[0])
+        return RankWork(blocks=blocks, kept=kept, tokens=tokens)
     counts = query_block_counts(attention, rows, block)
     ranks = block_ranks(cp.shard, counts, n)
     kept = query_block_kept(attention, rows, block)
@@ -287,128 +291,3 @@ def row_work(attention, documents, cp: ContextParallel, block: int = 128) -> Ran
     from .rows import Rows
 
     return rank_work(attention, Rows.from_arrays(np.asarray(documents)), cp, block)
-
-
-# -- per-document head-tail ----------------------------------------------------------
-
-
-def padded_pieces(rows, size: int, block: int):
-    """Each piece padded to a multiple of 2N, each row then padded to a multiple of N x block
-    by one piece of padding alone: (lengths, padded lengths, row of each, padded row lengths)."""
-    two = 2 * size
-    lengths, piece_row = _ordered_pieces(rows)
-    padded = -(-lengths // two) * two
-    total = np.bincount(piece_row, weights=padded, minlength=rows.count).astype(np.int64)
-    unit = math.lcm(size * block, two)
-    row_len = -(-total // unit) * unit
-    lengths = np.concatenate([lengths, np.zeros(rows.count, dtype=np.int64)])
-    padded = np.concatenate([padded, row_len - total])
-    piece_row = np.concatenate([piece_row, np.arange(rows.count)])
-    order = np.lexsort((np.r_[np.zeros(len(padded) - rows.count), np.ones(rows.count)], piece_row))
-    return lengths[order], padded[order], piece_row[order], row_len
-
-
-def _per_document(rows, n: int, block: int, causal: bool) -> RankWork:
-    """Per-document head-tail, counted on the reordered layout.
-
-    Every rank's tokens are laid out alike: piece d's chunk r then its chunk
-    2N-1-r, at local offset O_d (the sum of 2c over the pieces before; c the
-    piece's chunk). Keys are gathered rank after rank, and a rank's segment is
-    whole blocks, so a query block's key blocks are counted within each key
-    rank sigma's segment: for a piece whose latest real query in the block is
-    at position m (chunk K = m // c, e = m % c), rank sigma's kept keys of that
-    piece are one run from O_d whose length, as sigma goes 0..N-1, is
-    c up to K, e + 1 at K, nothing after (K < N); or, with tau = 2N-1-K,
-    c up to tau, c + e + 1 at tau, 2c after (K >= N). Runs of the pieces in
-    one query block are disjoint and sorted; a run shares its first block with
-    the runs before it exactly when one of them reaches into that block.
-    """
-    length, padded, piece_row, row_len = padded_pieces(rows, n, block)
-    c = padded // (2 * n)
-    start_of_row = np.searchsorted(piece_row, np.arange(rows.count))
-    before = np.concatenate([[0], np.cumsum(2 * c)])
-    local = before[:-1] - before[start_of_row][piece_row]  # O_d
-    kept = _per_document_kept(length, c, piece_row, rows.count, n, causal)
-    # Whole rows at a time, so the (entries, N) arrays stay a few million cells.
-    entries = np.bincount(piece_row, weights=-(-2 * c // block) + 1, minlength=rows.count)
-    bounds = np.searchsorted(np.cumsum(entries), np.arange(1, rows.count + 1) * max(1, 4_000_000 // n))
-    blocks = np.zeros((rows.count, n))
-    lo = 0
-    for hi in np.unique(np.clip(np.append(bounds, rows.count), 1, rows.count)):
-        if hi <= lo:
-            continue
-        sel = np.flatnonzero((piece_row >= lo) & (piece_row < hi) & (c > 0))
-        blocks[lo:hi] = _per_document_blocks(length[sel], c[sel], local[sel], piece_row[sel] - lo,
-                                             hi - lo, n, block, causal)
-        lo = hi
-    return RankWork(blocks=blocks.astype(np.int64), kept=kept, tokens=row_len)
-
-
-def _per_document_kept(length, c, piece_row, count, n, causal) -> np.ndarray:
-    """(rows, N) scores kept: rank r's queries are chunk r and chunk 2N-1-r of every piece."""
-    rank = np.arange(n)[None, :]
-    L, c = length[:, None].astype(np.float64), c[:, None].astype(np.float64)
-    out = np.zeros((len(length), n))
-    for chunk in (rank, 2 * n - 1 - rank):
-        lo, hi = np.minimum(chunk * c, L), np.minimum((chunk + 1) * c, L)
-        out += (hi * (hi + 1) - lo * (lo + 1)) / 2 if causal else (hi - lo) * L
-    cell = piece_row[:, None] * n + rank
-    return np.bincount(cell.ravel(), weights=out.ravel(), minlength=count * n).reshape(count, n)
-
-
-def _per_document_blocks(length, c, local, piece_row, count, n, block, causal) -> np.ndarray:
-    # Entries: (piece, local query block) pairs where the piece's 2c local tokens meet the block.
-    first_block = local // block
-    spans = (local + 2 * c - 1) // block - first_block + 1
-    piece = np.repeat(np.arange(len(c)), spans)
-    ramp = np.arange(len(piece)) - np.repeat(np.cumsum(spans) - spans, spans)
-    qblock = first_block[piece] + ramp
-    # int32 throughout: offsets stay below 2**24 tokens and halve the memory traffic.
-    i32 = np.int32
-    L, cc, O = (x[piece].astype(i32)[:, None] for x in (length, c, local))
-    qblock = qblock.astype(i32)
-    u = np.maximum(qblock[:, None] * block, O) - O  # the block's first and last local token of the piece
-    v = np.minimum(qblock[:, None] * block + block, O + 2 * cc) - 1 - O
-    rho = np.arange(n, dtype=i32)[None, :]
-    # The latest real query of the piece in the block, for each querying rank rho (columns).
-    tail_lo = (2 * n - 1 - rho) * cc + np.maximum(u - cc, 0)
-    tail_hi = (2 * n - 1 - rho) * cc + (v - cc)
-    head_lo, head_hi = rho * cc + u, rho * cc + np.minimum(v, cc - 1)
-    tail = (v >= cc) & (tail_lo <= L - 1)
-    head = (u < cc) & (head_lo <= L - 1)
-    m = np.where(tail, np.minimum(tail_hi, L - 1), np.where(head, np.minimum(head_hi, L - 1), -1))
-    if not causal:
-        m = np.where(m >= 0, L - 1, -1)  # any real query keeps the whole document
-    real = m >= 0
-    K, e = np.where(real, m // cc, 0), np.where(real, m % cc, 0)
-    early = K < n
-    tau = 2 * n - 1 - K
-
-    def reach(run):  # blocks a run of this length from O touches
-        return (O + run - 1) // block - O // block + 1
-
-    total = np.where(early, K * reach(cc) + reach(e + 1),
-                     tau * reach(cc) + reach(cc + e + 1) + (n - 1 - tau) * reach(2 * cc))
-    total = np.where(real, total, 0)
-    # Sharing: a run shares its first block (the query block's own, i, for every
-    # piece after the block's first) when an earlier piece's run reaches i * block.
-    # An early run's reach falls with sigma (ranks 0..P-1 reach), a late one's
-    # rises (ranks S..N-1 reach).
-    x = qblock[:, None] * block
-    prefix = np.where(real & early & (O + cc - 1 >= x), K + (O + e >= x), 0)
-    suffix = np.where(~real | early, n,
-                      np.where(O + cc - 1 >= x, 0, np.where(O + cc + e >= x, tau,
-                                                            np.where(O + 2 * cc - 1 >= x, tau + 1, n))))
-    group = (piece_row[piece].astype(np.int64) * (int(qblock.max()) + 1) + qblock)[:, None]
-    big = n + 1
-    most = np.maximum.accumulate(prefix + group * big, axis=0)
-    least = np.minimum.accumulate(suffix - group * big, axis=0)
-    P = np.zeros_like(prefix)
-    S = np.full_like(suffix, n)
-    P[1:] = np.maximum(most[:-1] - group[1:] * big, 0)
-    S[1:] = np.minimum(least[:-1] + group[1:] * big, n)
-    upto = np.where(real, np.where(early, K + 1, n), 0)  # ranks sigma where this piece's run is not empty
-    shared = np.where(S <= P, upto, np.minimum(upto, P) + np.maximum(upto - np.maximum(S, P), 0))
-    new = total - shared
-    cell = piece_row[piece][:, None] * n + rho
-    return np.bincount(cell.ravel(), weights=new.ravel(), minlength=count * n).reshape(count, n)
