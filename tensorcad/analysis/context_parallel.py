@@ -91,6 +91,7 @@ class RankWork:
     blocks: np.ndarray
     kept: np.ndarray | None
     tokens: np.ndarray
+    document_padding: np.ndarray | None = None  # (rows,) of the padding, what documents take to 2N multiples
 
 
 def _mask_parts(attention, role_of):
@@ -276,8 +277,8 @@ def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
         from .context_parallel_documents import per_document
 
         lengths, piece_row = _ordered_pieces(rows)
-        blocks, kept, tokens = per_document(lengths, piece_row, rows.count, n, block, causal=kinds[0])
-        return RankWork(blocks=blocks, kept=kept, tokens=tokens)
+        blocks, kept, tokens, padding = per_document(lengths, piece_row, rows.count, n, block, causal=kinds[0])
+        return RankWork(blocks=blocks, kept=kept, tokens=tokens, document_padding=padding)
     counts = query_block_counts(attention, rows, block)
     ranks = block_ranks(cp.shard, counts, n)
     kept = query_block_kept(attention, rows, block)

@@ -34,7 +34,7 @@ def padded_pieces(lengths: np.ndarray, piece_row: np.ndarray, count: int, size: 
 
 
 def per_document(lengths: np.ndarray, piece_row: np.ndarray, count: int, n: int, block: int,
-                 causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 causal: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per-document head-tail, counted on the reordered layout.
 
     Every rank's tokens are laid out alike: piece d's chunk r then its chunk
@@ -49,6 +49,7 @@ def per_document(lengths: np.ndarray, piece_row: np.ndarray, count: int, n: int,
     one query block are disjoint and sorted; a run shares its first block with
     the runs before it exactly when one of them reaches into that block.
     """
+    to_documents = np.bincount(piece_row, weights=-lengths % (2 * n), minlength=count)
     length, padded, piece_row, row_len = padded_pieces(lengths, piece_row, count, n, block)
     c = padded // (2 * n)
     start_of_row = np.searchsorted(piece_row, np.arange(count))
@@ -67,7 +68,7 @@ def per_document(lengths: np.ndarray, piece_row: np.ndarray, count: int, n: int,
         blocks[lo:hi] = _per_document_blocks(length[sel], c[sel], local[sel], piece_row[sel] - lo,
                                              hi - lo, n, block, causal)
         lo = hi
-    return blocks.astype(np.int64), kept, row_len
+    return blocks.astype(np.int64), kept, row_len, to_documents
 
 
 def _per_document_kept(length, c, piece_row, count, n, causal) -> np.ndarray:

@@ -10,7 +10,9 @@ point's sharding (``context_parallel.rank_work``):
   FLOPs in whole blocks, the step's imbalance (the step waits for the
   slowest rank), with the sampler's standard error (delta method over rows);
   ``keptMaxOverMean`` the same for kept scores, where they are exact;
-- ``paddingTokens``: tokens a row the sharding adds (per-document only);
+- ``paddingTokens``: tokens a row the sharding adds (per-document only), of
+  which ``documentPaddingTokens`` take documents to multiples of 2N and the
+  rest the row to a multiple of N x 128;
 - ``kvGatherBytesPerLayer``: keys and values a rank receives from the
   other N-1 ranks in one layer's all-gather (training dtype);
 - ``slowestOverBalanced``: N x the slowest rank's attention over the row's
@@ -40,6 +42,7 @@ class ContextParallelReport:
     max_over_mean_error: float
     kept_max_over_mean: float | None
     padding_tokens: float
+    document_padding_tokens: float  # of padding_tokens, what documents take to multiples of 2N
     seq: int
     kv_gather_bytes_per_layer: float
     slowest_over_balanced: float
@@ -57,6 +60,7 @@ class ContextParallelReport:
             "keptMaxOverMean": self.kept_max_over_mean,
             "paddingTokens": self.padding_tokens,
             "paddingShare": self.padding_tokens / self.seq,
+            "documentPaddingTokens": self.document_padding_tokens,
             "kvGatherBytesPerLayer": self.kv_gather_bytes_per_layer,
             "slowestOverBalanced": self.slowest_over_balanced,
             "trainPerToken": self.train_per_token,
@@ -83,6 +87,7 @@ def context_parallel_report(design, op, matmul: float, attention_fwd: float, pac
     layers_total = 0
     gathered = 0.0
     tokens = None
+    document_padding = 0.0
     for a, layers in design.attentions():
         rows = packed_rows(op.seq, packing_of(a), op.seed, ROWS)
         work = rank_work(a, rows, cp, block)
@@ -97,6 +102,8 @@ def context_parallel_report(design, op, matmul: float, attention_fwd: float, pac
             kept_flops = kept_flops + per_score * work.kept
         layers_total += layers
         tokens = work.tokens if tokens is None else np.maximum(tokens, work.tokens)
+        if work.document_padding is not None:
+            document_padding = float(work.document_padding.mean())
         # A rank receives the other ranks' keys and values: 2 (K and V) x kv_heads x head_dim a token.
         gathered += layers * 2.0 * (n - 1) / n * float(work.tokens.mean()) * a.kv_heads * a.head_dim * dtype_bytes
     top = np.asarray(rank_flops).max(axis=1)
@@ -112,7 +119,7 @@ def context_parallel_report(design, op, matmul: float, attention_fwd: float, pac
         kept=None if kept_layers is None else tuple(float(x) for x in kept_layers / layers_total),
         blocks=tuple(float(x) for x in block_layers / layers_total),
         max_over_mean=ratio, max_over_mean_error=error, kept_max_over_mean=kept_ratio,
-        padding_tokens=held - op.seq, seq=op.seq,
+        padding_tokens=held - op.seq, document_padding_tokens=document_padding, seq=op.seq,
         kv_gather_bytes_per_layer=gathered / layers_total,
         slowest_over_balanced=slowest,
         train_per_token=train_flops(forward),

@@ -225,7 +225,8 @@ def render(report: Report):
                   + ("" if c.kept_max_over_mean is None else f"; kept scores {c.kept_max_over_mean:.3f}"))
         t.add_row("  blocks a rank", f"{min(c.blocks):,.0f} .. {max(c.blocks):,.0f}", "a row, per layer")
         if c.padding_tokens:
-            t.add_row("  padding", f"{c.padding_tokens:,.0f}", f"tokens a row ({c.padding_tokens / op.seq:.1%})")
+            t.add_row("  padding", f"{c.padding_tokens:,.0f}", f"tokens a row ({c.padding_tokens / op.seq:.1%}); "
+                      f"{c.document_padding_tokens:,.0f} take documents to multiples of {2 * c.cp.size}")
         t.add_row("  KV gathered", f"{c.kv_gather_bytes_per_layer / 2**20:,.1f} MiB", "a rank, a layer")
         t.add_row("  train / token", f"{_si(c.train_per_token)}FLOP",
                   f"counted from the slowest rank ({c.slowest_over_balanced:.2f}x the row's own attention)")

@@ -121,6 +121,11 @@ def test_per_document_keeps_every_kept_score():
     work = rank_work(LLAMA, rows, ContextParallel(8, "per-document"), 128)
     assert work.kept.sum(axis=1) == pytest.approx(kept, rel=1e-12)
     assert (work.tokens % (8 * 128) == 0).all() and (work.tokens > 16384).all()
+    # Each document takes 0..15 tokens to a multiple of 16; the row's own rounding is the rest.
+    lengths, piece_row = rows.piece_lengths()
+    expected = np.bincount(piece_row, weights=-lengths % 16, minlength=rows.count)
+    assert work.document_padding.tolist() == expected.tolist()
+    assert (work.tokens - 16384 - work.document_padding < 8 * 128).all()
 
 
 def test_ptrr_deals_in_a_snake():
