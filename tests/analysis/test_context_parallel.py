@@ -202,3 +202,26 @@ def test_rule_names_the_better_sharding():
     assert "ptrr would give 1.0" in found[0].message
     balanced = tensorcad.OperatingPoint(seq=32768, packing=Packing(4096, 1.0), cp=ContextParallel(8, "ptrr"))
     assert not [d for d in check(DESIGN, balanced) if d.rule == "cp-imbalance"]
+
+
+def test_the_samplers_error_is_the_spread_over_seeds():
+    # The reported standard error (delta method over rows) against the spread of
+    # max/mean over independent draws of the same size.
+    from tensorcad.analysis.context_parallel_report import _ratio_of_means
+
+    figures, errors = [], []
+    for seed in range(16):
+        work = rank_work(LLAMA, packed_rows(4096, Packing(400, 1.0), seed, 256), ContextParallel(4, "contiguous"), 128)
+        ratio, error = _ratio_of_means(work.blocks.max(axis=1).astype(float), work.blocks.mean(axis=1))
+        figures.append(ratio)
+        errors.append(error)
+    spread = float(np.std(figures, ddof=1))
+    assert 0.6 < spread / float(np.mean(errors)) < 1.6, (spread, np.mean(errors))
+
+
+@pytest.mark.parametrize("shard", ["contiguous", "headtail", "ptrr"])
+def test_whole_block_shardings_lose_nothing_to_padding(shard):
+    cp = _cp(16384, 8, shard, Packing(1024, 1.0))
+    assert cp.padding_tokens == 0 and cp.document_padding_tokens == 0
+    # The ranks' blocks sum to the row's own, so N x the slowest over the row is max/mean.
+    assert cp.slowest_over_balanced == pytest.approx(cp.max_over_mean, rel=1e-12)
