@@ -41,10 +41,13 @@ def _emit(data: Any, args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
+PIPED_WIDTH = 200  # piped output is read by people too: wide enough that no number or op name is cut
+
+
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 # -- commands --------------------------------------------------------------------
