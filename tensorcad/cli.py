@@ -148,6 +148,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     design = load(args.design)
     report = analyze(design, operating_point(args, design))
+    for warning in report.warnings:  # on stderr, so --json stays machine-readable
+        sys.stderr.write(f"tensorcad: warning: {warning}\n")
     if args.json or args.out:
         _emit(report.to_json(), args)
     else:

@@ -57,6 +57,7 @@ class Report:
     cost: float
     serving_fwd_per_token: float
     per_stream: PerStream | None
+    warnings: tuple[str, ...] = ()  # what the figures hold true only under (a sequence past the context)
 
     @property
     def training_flops(self) -> Flops:
@@ -81,6 +82,7 @@ class Report:
                 "cost": self.cost,
             },
             "serving": serving,
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
 
@@ -165,6 +167,7 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         cost=time.cost,
         serving_fwd_per_token=flops.fwd_per_token,
         per_stream=per_stream(design, op.seq, matmul, BYTES[op.serve_dtype]),
+        warnings=tuple(w for w in (design.past_context(op.seq),) if w is not None),
     )
 
 
