@@ -347,7 +347,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=integer, default=2_000_000)
     p.add_argument("--json", action="store_true")
     p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)
-    p.add_argument("design", nargs="?", help="a design to open (default: a preset picker)")
+    p.add_argument("design", nargs="?", help="a design to open (default: what you last edited, else llama-3-8b-documents)")
     p.add_argument("--port", type=integer, default=0, help="port on 127.0.0.1 (default: any free one)")
     p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
     command("mcp", "Serve the engine as MCP tools over stdio (presets, catalog, show, analyze, rules, codegen).",
