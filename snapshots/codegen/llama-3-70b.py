@@ -96,10 +96,8 @@ def _run_compiled(name, fn, fallback_path, *args, **kwargs):
         try:
             if name not in _COMPILED:
                 # The first call compiles, silently, for seconds (about 15 on a CPU): say so.
-                print(
-                    f"{__name__}: compiling {name} (first call only; about 15 s on a CPU)",
-                    file=sys.stderr,
-                    flush=True,
+                sys.stderr.write(
+                    f"{__name__}: compiling {name} (first call only; about 15 s on a CPU)\n"
                 )
                 _COMPILED[name] = torch.compile(fn)
             out = _COMPILED[name](*args, **kwargs)
