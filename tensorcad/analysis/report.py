@@ -21,6 +21,7 @@ from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops,
 from .operating_point import BYTES, OperatingPoint
 from .params import ParamCount, count_params
 from .serving import PerStream, per_stream
+from ..format import binary_bytes, duration, money, quantity, si
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Report:
     cost: float
     serving_fwd_per_token: float
     per_stream: PerStream | None
+    warnings: tuple[str, ...] = ()  # what the figures hold true only under (a sequence past the context)
     cp: ContextParallelReport | None = None  # training split across ranks: counted from the slowest
 
     @property
@@ -83,6 +85,7 @@ class Report:
                 "cost": self.cost,
             },
             "serving": serving,
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
         if self.cp is not None:
             out["contextParallel"] = self.cp.to_json()
@@ -172,6 +175,7 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         cost=time.cost,
         serving_fwd_per_token=flops.fwd_per_token,
         per_stream=per_stream(design, op.seq, matmul, BYTES[op.serve_dtype]),
+        warnings=tuple(w for w in (design.past_context(op.seq),) if w is not None),
         cp=cp,
     )
 
@@ -187,13 +191,6 @@ def _context_parallel(design: Design, op: OperatingPoint, matmul: float, train: 
         lambda a: op.packing if documents and reads_documents(a) else None, BYTES[op.train_dtype])
 
 
-def _si(x: float) -> str:
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:,.3f} {unit}"
-    return f"{x:,.3f} "
-
-
 def render(report: Report):
     """A readable table of the report (rich)."""
     from rich.table import Table
@@ -207,36 +204,38 @@ def render(report: Report):
     p = report.params
     t.add_row("params", f"{p.total:,}", f"embedding {p.embedding:,}, matmul {p.matmul:,}")
     f = report.flops
-    t.add_row("forward / token", f"{_si(f.fwd_per_token)}FLOP", "one document a row")
-    t.add_row("  attention", f"{_si(f.fwd_attention)}FLOP",
+    t.add_row("forward / token", si(f.fwd_per_token, "FLOP"), "one document a row")
+    t.add_row("  attention", si(f.fwd_attention, "FLOP"),
               f"{f.keys_per_query:,.1f} keys a query, {f.attention_share:.1%} of the forward pass")
-    t.add_row("  in whole blocks", f"{_si(f.fwd_attention_blocks)}FLOP", f"{f.block_ratio:.2f}x the kept scores")
-    t.add_row("train / token", f"{_si(f.train_per_token)}FLOP", "3 x forward")
+    t.add_row("  in whole blocks", si(f.fwd_attention_blocks, "FLOP"), f"{f.block_ratio:.2f}x the kept scores")
+    t.add_row("train / token", si(f.train_per_token, "FLOP"), "3 x forward")
     if report.packed is not None:
         k = report.packed
-        t.add_row("packed train / token", f"{_si(k.train_per_token)}FLOP", "the training figure: cost counts from it")
-        t.add_row("  packed attention", f"{_si(k.fwd_attention)}FLOP",
+        t.add_row("packed train / token", si(k.train_per_token, "FLOP"), "the training figure: cost counts from it")
+        t.add_row("  packed attention", si(k.fwd_attention, "FLOP"),
                   f"{k.keys_per_query:,.1f} keys a query, {k.attention_share:.1%} of the forward pass")
-        t.add_row("  in whole blocks", f"{_si(k.fwd_attention_blocks)}FLOP", f"{k.block_ratio:.2f}x the kept scores")
+        t.add_row("  in whole blocks", si(k.fwd_attention_blocks, "FLOP"), f"{k.block_ratio:.2f}x the kept scores")
     if report.cp is not None:
         c = report.cp
-        t.add_row(f"context parallel", f"{c.cp.size} ranks", f"{c.cp.shard} sharding")
+        t.add_row("context parallel", f"{c.cp.size} ranks", f"{c.cp.shard} sharding")
         t.add_row("  slowest / mean rank", f"{c.max_over_mean:.3f}", f"computed blocks (± {c.max_over_mean_error:.3f})"
                   + ("" if c.kept_max_over_mean is None else f"; kept scores {c.kept_max_over_mean:.3f}"))
         t.add_row("  blocks a rank", f"{min(c.blocks):,.0f} .. {max(c.blocks):,.0f}", "a row, per layer")
         if c.padding_tokens:
             t.add_row("  padding", f"{c.padding_tokens:,.0f}", f"tokens a row ({c.padding_tokens / op.seq:.1%}); "
                       f"{c.document_padding_tokens:,.0f} take documents to multiples of {2 * c.cp.size}")
-        t.add_row("  KV gathered", f"{c.kv_gather_bytes_per_layer / 2**20:,.1f} MiB", "a rank, a layer")
-        t.add_row("  train / token", f"{_si(c.train_per_token)}FLOP",
+        t.add_row("  KV gathered", binary_bytes(c.kv_gather_bytes_per_layer), "a rank, a layer")
+        t.add_row("  train / token", si(c.train_per_token, "FLOP"),
                   f"counted from the slowest rank ({c.slowest_over_balanced:.2f}x the row's own attention)")
-    t.add_row("training tokens", f"{report.training_tokens:,.4g}", "")
-    t.add_row("training time", f"{report.training_seconds / 86400:,.2f} days",
+    budget = "the budget set" if op.tokens is not None else "default: Chinchilla's 20 a parameter (--tokens)"
+    t.add_row("training tokens", f"{report.training_tokens:,.0f}", budget)
+    t.add_row("training time", duration(report.training_seconds),
               f"{op.gpus:,} x {op.hardware} {op.train_dtype} at {op.mfu:.0%} MFU")
-    t.add_row("GPU-hours", f"{report.gpu_hours:,.0f}", f"${report.cost:,.0f} at ${op.price_per_gpu_hour:g}/GPU-hour")
-    t.add_row("serving / token", f"{_si(report.serving_fwd_per_token)}FLOP", "one document a sequence")
+    t.add_row("GPU-hours", quantity(report.gpu_hours),
+              f"{money(report.cost)} at ${op.price_per_gpu_hour:g}/GPU-hour")
+    t.add_row("serving / token", si(report.serving_fwd_per_token, "FLOP"), "one document a sequence")
     if report.per_stream is not None:
         s = report.per_stream
-        t.add_row("  KV cache / stream", f"{s.kv_cache_bytes / 2**30:,.3f} GiB", f"{op.serve_dtype} at full context")
-        t.add_row("  decode / token", f"{_si(s.decode_flops_per_token)}FLOP", "at full context")
+        t.add_row("  KV cache / stream", binary_bytes(s.kv_cache_bytes), f"{op.serve_dtype} at full context")
+        t.add_row("  decode / token", si(s.decode_flops_per_token, "FLOP"), "at full context")
     return t
