@@ -171,7 +171,7 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
     g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
     from .analysis.context_parallel import DEFAULT_SHARD, SHARDINGS
 
-    g.add_argument("--cp", type=int, metavar="N",
+    g.add_argument("--cp", type=integer, metavar="N",
                    help="context parallelism: N ranks split each training row (default: off)")
     g.add_argument("--cp-shard", metavar="SHARD",
                    help=f"which rank holds which token: {', '.join(SHARDINGS)} (default {DEFAULT_SHARD} with --cp)")
