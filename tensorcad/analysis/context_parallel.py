@@ -178,16 +178,23 @@ def query_block_counts(attention, rows, block: int) -> np.ndarray:
     return out
 
 
-def _ordered_pieces(rows) -> tuple[np.ndarray, np.ndarray]:
+def _ordered_pieces(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every piece of every row in row order, from the boundaries themselves: (lengths, row
-    of each). Each row's pieces run from 0 through its cuts to ``seq``, so they tile it."""
+    of each, whether it is a row's padding). Each row's pieces run from 0 through its cuts
+    to ``seq``, so they tile it; a padded row's last piece is its padding (``padding``
+    on the boundaries, where the packing pads rows), which keeps no real score."""
     b = rows.boundaries
     count, seq = rows.count, rows.seq
     per_row = np.diff(b.offsets)
     # A row's piece starts: 0, then its cuts; ends: its cuts, then seq.
     starts = np.insert(b.cuts.astype(np.int64), b.offsets[:-1], 0)
     ends = np.insert(b.cuts.astype(np.int64), b.offsets[1:], seq)
-    return ends - starts, np.repeat(np.arange(count), per_row + 1)
+    padding = np.zeros(len(starts), dtype=bool)
+    padded = getattr(b, "padding", None)
+    if padded is not None:
+        last = np.cumsum(per_row + 1) - 1
+        padding[last] = np.asarray(padded) > 0
+    return ends - starts, np.repeat(np.arange(count), per_row + 1), padding
 
 
 def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
@@ -208,16 +215,16 @@ def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
         return np.broadcast_to(np.diff(below), (count, len(edges) - 1)).copy()
     # F(t): scores kept by the queries before offset t = the whole pieces before
     # t's document, plus the part of its own: sum of min(p + 1, W) (causal) or p * n.
-    lengths, piece_row = _ordered_pieces(rows)
+    lengths, piece_row, padding = _ordered_pieces(rows)
     n = lengths.astype(np.float64)
-    whole = _below(n, window) if causal else n * n
+    whole = np.where(padding, 0.0, _below(n, window) if causal else n * n)
     first_piece = np.searchsorted(piece_row, np.arange(count))
     before = np.concatenate([[0.0], np.cumsum(whole)])
     r = np.arange(count)[:, None]
     t = np.broadcast_to(np.minimum(edges, seq - 1)[None, :], (count, len(edges)))
     k = first_piece[:, None] + rows.at("documents", r, t)
     p = rows.at("positions", r, t).astype(np.float64)
-    part = _below(p, window) if causal else p * n[k]
+    part = np.where(padding[k], 0.0, _below(p, window) if causal else p * n[k])
     below = before[k] - before[first_piece][:, None] + part
     below[:, -1] = before[first_piece + np.diff(np.append(first_piece, len(n)))] - before[first_piece]
     return np.diff(below, axis=1)
@@ -276,7 +283,9 @@ def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
                                              "causal attention within documents only (no window)")
         from .context_parallel_documents import per_document
 
-        lengths, piece_row = _ordered_pieces(rows)
+        lengths, piece_row, padding = _ordered_pieces(rows)
+        # The sharding lays out the row's documents afresh: a padded row's own padding goes.
+        lengths, piece_row = lengths[~padding], piece_row[~padding]
         blocks, kept, tokens, padding = per_document(lengths, piece_row, rows.count, n, block, causal=kinds[0])
         return RankWork(blocks=blocks, kept=kept, tokens=tokens, document_padding=padding)
     counts = query_block_counts(attention, rows, block)
