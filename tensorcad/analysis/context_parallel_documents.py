@@ -72,15 +72,17 @@ def per_document(lengths: np.ndarray, piece_row: np.ndarray, count: int, n: int,
 
 
 def _per_document_kept(length, c, piece_row, count, n, causal) -> np.ndarray:
-    """(rows, N) scores kept: rank r's queries are chunk r and chunk 2N-1-r of every piece."""
-    rank = np.arange(n)[None, :]
-    L, c = length[:, None].astype(np.float64), c[:, None].astype(np.float64)
-    out = np.zeros((len(length), n))
-    for chunk in (rank, 2 * n - 1 - rank):
-        lo, hi = np.minimum(chunk * c, L), np.minimum((chunk + 1) * c, L)
-        out += (hi * (hi + 1) - lo * (lo + 1)) / 2 if causal else (hi - lo) * L
-    cell = piece_row[:, None] * n + rank
-    return np.bincount(cell.ravel(), weights=out.ravel(), minlength=count * n).reshape(count, n)
+    """(rows, N) scores kept: rank r's queries are chunk r and chunk 2N-1-r of every piece.
+
+    Scores kept by a piece's first x queries: x(x + 1)/2 (causal) or x L; a chunk's
+    share is the difference at its real edges min(kc, L)."""
+    L = length[:, None].astype(np.float64)
+    edges = np.minimum(np.arange(2 * n + 1)[None, :] * c[:, None].astype(np.float64), L)
+    below = edges * (edges + 1) / 2 if causal else edges * L
+    chunk = np.diff(below, axis=1)
+    per_rank = chunk[:, :n] + chunk[:, :n - 1:-1]  # chunks r and 2N-1-r
+    cell = piece_row[:, None] * n + np.arange(n)[None, :]
+    return np.bincount(cell.ravel(), weights=per_rank.ravel(), minlength=count * n).reshape(count, n)
 
 
 def _per_document_blocks(length, c, local, piece_row, count, n, block, causal) -> np.ndarray:
