@@ -30,16 +30,25 @@ def _alternatives(design: Design, op, context):
 
 
 @rule("cp-imbalance", "warn", f"context parallelism whose slowest rank computes more than {WARN_RATIO:.2f}x "
-      "the mean rank's attention blocks; names the sharding that would train faster for this packing")
+      "the mean rank's attention blocks, or whose ranks together compute more than the row itself "
+      "(per-document chunks cutting blocks, padding); names the sharding that would train faster")
 def cp_imbalance(design: Design, op, context) -> Iterator[Diagnostic]:
     if op is None or op.cp is None:
         return
     cp = context.report().cp
-    if cp is None or cp.max_over_mean <= WARN_RATIO:
+    if cp is None:
+        return
+    # The step's attention over the row's own: imbalance times what the ranks add together.
+    added = cp.slowest_over_balanced / cp.max_over_mean
+    if cp.max_over_mean <= WARN_RATIO and added <= WARN_RATIO:
         return
     what = (f"{op.packing.mean:g}-token documents" if op.packing is not None else "one document a row")
-    message = (f"{op.cp.shard} sharding over {op.cp.size} ranks: the slowest rank computes "
-               f"{cp.max_over_mean:.2f}x the mean rank's attention blocks ({what} at {op.seq:,} tokens)")
+    message = f"{op.cp.shard} sharding over {op.cp.size} ranks ({what} at {op.seq:,} tokens): "
+    if cp.max_over_mean > WARN_RATIO:
+        message += f"the slowest rank computes {cp.max_over_mean:.2f}x the mean rank's attention blocks"
+    else:
+        message += (f"the ranks together compute {added:.2f}x the row's own attention blocks "
+                    f"(chunks of documents cut {op.block}-token blocks, and padding)")
     better = [a for a in _alternatives(design, op, context) if a[0] < cp.train_per_token]
     if better:
         flops, ratio, shard = better[0]

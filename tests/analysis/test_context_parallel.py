@@ -225,3 +225,13 @@ def test_whole_block_shardings_lose_nothing_to_padding(shard):
     assert cp.padding_tokens == 0 and cp.document_padding_tokens == 0
     # The ranks' blocks sum to the row's own, so N x the slowest over the row is max/mean.
     assert cp.slowest_over_balanced == pytest.approx(cp.max_over_mean, rel=1e-12)
+
+
+def test_rule_warns_when_the_ranks_together_compute_more_than_the_row():
+    # Per-document chunks of 1,024-token documents over 8 ranks are 64 tokens: they cut blocks.
+    op = tensorcad.OperatingPoint(seq=16384, packing=Packing(1024, 1.0), cp=ContextParallel(8, "per-document"))
+    cp = analyze(DESIGN, op).cp
+    assert cp.max_over_mean < 1.10 < cp.slowest_over_balanced / cp.max_over_mean
+    found = [d for d in check(DESIGN, op) if d.rule == "cp-imbalance"]
+    assert len(found) == 1 and "the ranks together compute" in found[0].message
+    assert "ptrr would give" in found[0].message
