@@ -42,6 +42,8 @@ import numpy as np
 
 from tensorcad.errors import TensorcadError, check_integer
 
+from .context_parallel_documents import below, per_document
+
 SHARDINGS = ("contiguous", "headtail", "per-document", "ptrr")
 DEFAULT_SHARD = "headtail"  # PyTorch's default balancer (_create_default_load_balancer)
 MAX_SIZE = 1024
@@ -118,16 +120,6 @@ def _mask_parts(attention, role_of):
     if window is not None and not causal:
         return keep, None
     return keep, (causal, same, window)
-
-
-def _below(x: np.ndarray, window: int | None) -> np.ndarray:
-    """Scores kept by the first x queries of a document under causality (and a window W):
-    sum of min(p + 1, W) for p < x."""
-    x = np.asarray(x, dtype=np.float64)
-    if window is None:
-        return x * (x + 1) / 2
-    w = float(window)
-    return np.where(x <= w, x * (x + 1) / 2, w * (w + 1) / 2 + (x - w) * w)
 
 
 def _refuse_heads(attention) -> None:
@@ -211,23 +203,23 @@ def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
     edges = np.minimum(np.arange(-(-seq // block) + 1, dtype=np.int64) * block, seq)
     if not same:
         t = edges.astype(np.float64)
-        below = _below(t, window) if causal else t * seq
-        return np.broadcast_to(np.diff(below), (count, len(edges) - 1)).copy()
+        prefix = below(t, window) if causal else t * seq
+        return np.broadcast_to(np.diff(prefix), (count, len(edges) - 1)).copy()
     # F(t): scores kept by the queries before offset t = the whole pieces before
     # t's document, plus the part of its own: sum of min(p + 1, W) (causal) or p * n.
     lengths, piece_row, padding = _ordered_pieces(rows)
     n = lengths.astype(np.float64)
-    whole = np.where(padding, 0.0, _below(n, window) if causal else n * n)
+    whole = np.where(padding, 0.0, below(n, window) if causal else n * n)
     first_piece = np.searchsorted(piece_row, np.arange(count))
     before = np.concatenate([[0.0], np.cumsum(whole)])
     r = np.arange(count)[:, None]
     t = np.broadcast_to(np.minimum(edges, seq - 1)[None, :], (count, len(edges)))
     k = first_piece[:, None] + rows.at("documents", r, t)
     p = rows.at("positions", r, t).astype(np.float64)
-    part = np.where(padding[k], 0.0, _below(p, window) if causal else p * n[k])
-    below = before[k] - before[first_piece][:, None] + part
-    below[:, -1] = before[first_piece + np.diff(np.append(first_piece, len(n)))] - before[first_piece]
-    return np.diff(below, axis=1)
+    part = np.where(padding[k], 0.0, below(p, window) if causal else p * n[k])
+    prefix = before[k] - before[first_piece][:, None] + part
+    prefix[:, -1] = before[first_piece + np.diff(np.append(first_piece, len(n)))] - before[first_piece]
+    return np.diff(prefix, axis=1)
 
 
 def ptrr_ranks(counts: np.ndarray, size: int) -> np.ndarray:
@@ -278,15 +270,14 @@ def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
     if cp.shard == "per-document":
         role_of = dict(tensor_roles(attention))
         _, kinds = _mask_parts(attention, role_of)
-        if kinds is None or not kinds[1] or kinds[2] is not None:
+        if kinds is None or not kinds[1]:
             raise TensorcadError("cp.shard", "per-document sharding is counted for masks that keep "
-                                             "causal attention within documents only (no window)")
-        from .context_parallel_documents import per_document
-
+                                             "attention within documents (causal, windowed or not) only")
         lengths, piece_row, padding = _ordered_pieces(rows)
         # The sharding lays out the row's documents afresh: a padded row's own padding goes.
         lengths, piece_row = lengths[~padding], piece_row[~padding]
-        blocks, kept, tokens, padding = per_document(lengths, piece_row, rows.count, n, block, causal=kinds[0])
+        blocks, kept, tokens, padding = per_document(lengths, piece_row, rows.count, n, block,
+                                                     causal=kinds[0], window=kinds[2])
         return RankWork(blocks=blocks, kept=kept, tokens=tokens, document_padding=padding)
     counts = query_block_counts(attention, rows, block)
     ranks = block_ranks(cp.shard, counts, n)

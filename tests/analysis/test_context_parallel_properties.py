@@ -26,7 +26,8 @@ def _pieces_to_ids(lengths: list[int]) -> np.ndarray:
     return np.repeat(np.arange(len(lengths)), lengths)
 
 
-def brute_force(lengths: list[int], size: int, shard: str, block: int) -> tuple[np.ndarray, np.ndarray]:
+def brute_force(lengths: list[int], size: int, shard: str, block: int,
+                window: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(blocks, kept) of each rank, from the dense mask of the row as the ranks hold it."""
     ids = _pieces_to_ids(lengths)
     seq = len(ids)
@@ -53,6 +54,8 @@ def brute_force(lengths: list[int], size: int, shard: str, block: int) -> tuple[
     order = np.array(order) if shard != "ptrr" else None
     q, kv = np.arange(seq)[:, None], np.arange(seq)[None, :]
     mask = (q >= kv) & (ids[:, None] == ids[None, :]) & (ids[:, None] >= 0)
+    if window is not None:
+        mask &= q - kv < window
     if shard == "ptrr":
         tiles = mask.reshape(seq // block, block, seq // block, block).any(axis=(1, 3)).sum(axis=1)
         # Largest first (ties by position), dealt 0..N-1 then N-1..0.
@@ -91,5 +94,34 @@ def test_every_sharding_equals_its_brute_force(case):
     shard, (lengths, size, block) = case
     engine = row_work(LLAMA, _pieces_to_ids(lengths)[None, :], ContextParallel(size, shard), block)
     blocks, kept = brute_force(lengths, size, shard, block)
+    assert engine.blocks[0].tolist() == blocks.tolist()
+    assert engine.kept[0].tolist() == kept.tolist()
+
+
+_WINDOWED = {}
+
+
+def _windowed(window: int):
+    if window not in _WINDOWED:
+        source = tensorcad.load("llama-3-8b-documents").source
+        nodes = []
+        for n in source["nodes"]:
+            if n["id"] == "layers":
+                block = n["params"]["block"]
+                attention = {**block["params"]["attention"], "window": window}
+                n = {**n, "params": {**n["params"], "block": {**block, "params": {**block["params"],
+                                                                                    "attention": attention}}}}
+            nodes.append(n)
+        _WINDOWED[window] = tensorcad.load({**source, "nodes": nodes}).attentions()[0][0]
+    return _WINDOWED[window]
+
+
+@settings(max_examples=60)
+@given(st.sampled_from(["contiguous", "headtail", "per-document", "ptrr"]).flatmap(
+    lambda shard: st.tuples(st.just(shard), rows(shard))), st.integers(1, 200))
+def test_sliding_windows_equal_their_brute_force(case, window):
+    shard, (lengths, size, block) = case
+    engine = row_work(_windowed(window), _pieces_to_ids(lengths)[None, :], ContextParallel(size, shard), block)
+    blocks, kept = brute_force(lengths, size, shard, block, window)
     assert engine.blocks[0].tolist() == blocks.tolist()
     assert engine.kept[0].tolist() == kept.tolist()

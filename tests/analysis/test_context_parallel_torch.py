@@ -157,7 +157,7 @@ def _windowed(window: int):
     return tensorcad.load({**DESIGN.source, "nodes": nodes}).attentions()[0][0]
 
 
-@pytest.mark.parametrize("shard", ["contiguous", "headtail", "ptrr"])
+@pytest.mark.parametrize("shard", ["contiguous", "headtail", "per-document", "ptrr"])
 def test_sliding_window_within_documents_equals_pytorch(shard):
     documents, _ = draw(3, 1024, 400, 1.0, 9)
     engine = row_work(_windowed(200), documents, ContextParallel(4, shard), BLOCK)
