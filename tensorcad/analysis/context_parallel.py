@@ -26,8 +26,8 @@ in the unsharded row: the engine's per-query-block decisions
 (``tiles._decide``, or the same count in closed form for causal masks with
 documents and windows) summed by rank. Per-document chunks cut blocks, so its
 blocks are counted on the reordered layout itself
-(``context_parallel_documents``), for masks that are causal and/or
-same-document.
+(``context_parallel_documents``), for same-document masks, causal or not,
+with a sliding window or not.
 
 This module holds the per-row figures; ``context_parallel_report`` turns
 them into the report's section. Importing it imports no more than numpy: the

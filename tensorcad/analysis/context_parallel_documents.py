@@ -7,7 +7,7 @@ is padded to a multiple of 2N and cut in 2N chunks, rank r holds chunks r and
 block mask needs whole blocks a rank). Padding keeps and is kept by nothing.
 Chunks cut blocks, so unlike the other shardings a rank's blocks are not the
 unsharded row's: they are counted here on the layout the ranks really hold,
-for causal and/or same-document masks (held to PyTorch's BlockMask of the
+for same-document masks, causal (with a sliding window or not) or not (held to PyTorch's BlockMask of the
 reordered row in ``tests/analysis/test_context_parallel_torch.py``).
 """
 
