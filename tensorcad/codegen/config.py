@@ -36,6 +36,10 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
         keys: dict[str, Any] = {"n_head": p["heads"], "n_kv_head": p["kv_heads"], "head_dim": p["head_dim"]}
         if kind == "gqa_attention":
             keys = {"dim": node.dim_in, **keys, "attn_bias": p["bias"]}
+            if p["qkv_bias"] is not None:
+                keys["qkv_bias"] = p["qkv_bias"]
+            if p["qk_norm"] is not None:
+                keys["qk_norm_eps"] = p["qk_norm"]["eps"]
             if p["rope"] is not None:
                 keys["rope_theta"] = float(node.child("rope_q").params["theta"])
         return keys

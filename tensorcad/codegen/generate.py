@@ -13,7 +13,8 @@ from __future__ import annotations
 from ..design import expr as E
 from ..design.model import Design, Node
 from ..errors import TensorcadError
-from . import layout, prelude
+from ..hf.weights import weight_map
+from . import hf_weights, layout, prelude
 from .config import ConfigFields
 from .masks import Function, mask_function, score_function
 from .modules import MLPS, NORMS, PLACEHOLDER, Classes, assign_call, position_embedding
@@ -53,6 +54,8 @@ class _Generator:
         self.attention_classes: list[str] = []
         self.uses_rope = any(n.kind == "rope" for n, _ in design.walk())
         self.roles = {i.name: i.role for i in design.inputs}
+        # a design imported from Hugging Face loads (and gives back) transformers' weights
+        self.hf_weights = weight_map(design, self.names) if design.source.get("hf") else None
 
     # -- pieces inside classes --------------------------------------------------------
 
@@ -99,6 +102,8 @@ class _Generator:
         port_values = {p: p for p in ports}
         heads, kv_heads, head_dim = f("n_head"), f("n_kv_head"), f("head_dim")
         bias = f"bias={f('attn_bias')}"
+        qkv_bias = bias if node.params["qkv_bias"] is None else f"bias={f('qkv_bias')}"
+        qk_norm = node.params["qk_norm"] is not None
         keeps = comment_text(E.to_text(attention.keep)) if attention.keep is not None else "every key"
         lines = [
             f"class {PLACEHOLDER}(nn.Module):",
@@ -114,10 +119,15 @@ class _Generator:
             "        super().__init__()",
             f"        self.head_dim = {head_dim}",
         ]
-        lines += assign_call(_I2, "self.q", "nn.Linear", [f("dim"), f"{heads} * {head_dim}", bias])
-        lines += assign_call(_I2, "self.k", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", bias])
-        lines += assign_call(_I2, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", bias])
+        lines += assign_call(_I2, "self.q", "nn.Linear", [f("dim"), f"{heads} * {head_dim}", qkv_bias])
+        lines += assign_call(_I2, "self.k", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
+        lines += assign_call(_I2, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
         lines += assign_call(_I2, "self.o", "nn.Linear", [f"{heads} * {head_dim}", f("dim"), bias])
+        if qk_norm:
+            norm, _ = NORMS["rmsnorm"]
+            norm = self.classes(norm, NORMS["rmsnorm"][1], owner)
+            for which in ("q", "k"):
+                lines += assign_call(_I2, f"self.{which}_norm", norm, [head_dim, f("qk_norm_eps")])
         if rope:
             lines += assign_call(_I2, "cos, sin", "rotary_tables",
                                  [head_dim, "config.context", f("rope_theta")])
@@ -134,6 +144,12 @@ class _Generator:
             "        k = self.k(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)",
             "        v = self.v(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)",
         ]
+        if qk_norm:
+            # over each head's D features, before the rotation, as Qwen3 does
+            lines += [
+                "        q = self.q_norm(q)  # (B, H, T, D)",
+                "        k = self.k_norm(k)  # (B, H_kv, T, D)",
+            ]
         if rope:
             for which, shape in (("q", "(B, H, T, D)"), ("k", "(B, H_kv, T, D)")):
                 args = [which, "self.cos", "self.sin"]
@@ -261,6 +277,9 @@ class _Generator:
             *self._forward_doc(roles),
             *self._forward_body(roles),
         ]
+        if self.hf_weights is not None:
+            stack = next(n for n in d.nodes if n.kind == "stack")
+            lines += hf_weights.model_methods(self.names(stack.id))
         return "\n".join(lines) + "\n"
 
     def _roles_read(self) -> set[str]:
@@ -368,12 +387,15 @@ class _Generator:
             out.append(("masks", "\n\n\n".join(f.rstrip("\n") for f in functions) + "\n"))
         for source in self.classes.sources():
             out.append(("class", source))
+        if self.hf_weights is not None:
+            out.append(("hf weights", hf_weights.table_source(self.hf_weights)))
+            out.append(("hf runtime", hf_weights.HF_RUNTIME))
         out.append(("model", model))
         return out
 
 
 # Sections pasted verbatim from other modules; formatting checks skip them.
-VERBATIM = ("imports", "attention runtime", "rotary runtime", "relative bucket")
+VERBATIM = ("imports", "attention runtime", "rotary runtime", "relative bucket", "hf runtime")
 
 
 def sections(design: Design) -> list[tuple[str, str]]:

@@ -78,6 +78,20 @@ MLPS = {
         return self.proj(F.gelu(self.fc(x)))  # (B, T, C)
 ''',
     ),
+    "gelu_tanh": (
+        "TanhGeluMLP",
+        '''class __CLASS__(nn.Module):
+    """Feed-forward: proj(gelu(fc(x))) with GELU's tanh approximation (GPT-2's gelu_new)."""
+
+    def __init__(self, dim, hidden, bias):
+        super().__init__()
+        self.fc = nn.Linear(dim, hidden, bias=bias)
+        self.proj = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))  # (B, T, C)
+''',
+    ),
     "relu": (
         "ReluMLP",
         '''class __CLASS__(nn.Module):

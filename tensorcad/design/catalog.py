@@ -30,11 +30,14 @@ _ATTENTION_PARAMS = (
 _GQA_PARAMS = _ATTENTION_PARAMS + (
     Param("rope", "object", "rotary positions {theta}; null for none", None, nullable=True),
     Param("bias", "bool", "biases on the q, k, v and output projections", False),
+    Param("qkv_bias", "bool", "biases on the q, k and v projections only (Qwen2); default: as bias", None, nullable=True),
+    Param("qk_norm", "object", "RMSNorm over each head's features of q and k before the rotation {eps} (Qwen3); null for none", None, nullable=True),
 )
 
 _MLP_PARAMS = (
     Param("hidden", "int", "inner width", low=1, high=MAX_WIDTH),
-    Param("activation", "enum", "swiglu (three matrices) or gelu / relu (two)", "swiglu", choices=("swiglu", "gelu", "relu")),
+    Param("activation", "enum", "swiglu (three matrices) or gelu / gelu_tanh (GPT-2's tanh approximation) / relu (two)",
+          "swiglu", choices=("swiglu", "gelu", "gelu_tanh", "relu")),
     Param("bias", "bool", "biases on the projections", False),
 )
 
@@ -104,7 +107,7 @@ KINDS: dict[str, Kind] = {
             _GQA_PARAMS,
             extra_ports=True,
             extra_doc="any other port is handed to its sdpa (documents for a mask, tables for a score)",
-            counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa",
+            counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa (and 2 x head_dim for q/k norms)",
         ),
         Kind(
             "transformer_block",

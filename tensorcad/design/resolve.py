@@ -23,7 +23,7 @@ from .catalog import KINDS, ROLES
 from .model import Attention, Design, Input, Node, Wire
 from .schema import Kind, check_params
 
-_TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output")
+_TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output", "hf")
 _NODE_KEYS = ("id", "kind", "in", "params", "description")
 MAX_NODES = 10_000
 MAX_ID = 64
@@ -49,6 +49,18 @@ def _no_unknown(obj: dict, allowed: tuple[str, ...], path: str, what: str) -> No
             raise TensorcadError(join(path, str(key)), f"unknown key {key!r} in {what} (keys: {', '.join(allowed)})")
 
 
+def _check_hf(hf: Any) -> None:
+    """`hf`: where an imported design came from (`tensorcad import-hf`) and what its
+    config held that the design carries rather than computes; it names the weight map."""
+    _object(hf, "hf")
+    model_type = hf.get("model_type")
+    if not isinstance(model_type, str) or not model_type.isidentifier() or len(model_type) > MAX_ID:
+        raise TensorcadError("hf.model_type", f"must be a Hugging Face model_type such as 'llama', got {model_type!r}")
+    _no_unknown(hf, ("model_type", "carried"), "hf", "the hf block")
+    if "carried" in hf:
+        _object(hf["carried"], "hf.carried")
+
+
 class _Resolver:
     def __init__(self, raw: dict):
         self.raw = raw
@@ -70,6 +82,8 @@ class _Resolver:
         if "description" in raw and not isinstance(raw["description"], str):
             raise TensorcadError("description", "must be a string")
         context = KINDS["pos_embedding"].param("context").check(raw.get("context", 2048), "context")
+        if "hf" in raw:
+            _check_hf(raw["hf"])
         self._inputs(raw["inputs"])
         order = self._order(raw["nodes"])
         for id in order:
@@ -336,11 +350,19 @@ class _Resolver:
                 raise TensorcadError(join(path, "heads"), f"width {dim_in} is not divisible by {heads} heads; give head_dim")
             head_dim = dim_in // heads
         bias = params["bias"]
+        qkv_bias = bias if params["qkv_bias"] is None else params["qkv_bias"]
         children = [
-            self._leaf("linear", "q", f"{name}.q", path, {"out": heads * head_dim, "bias": bias, "tie": None}, dim_in, heads * head_dim),
-            self._leaf("linear", "k", f"{name}.k", path, {"out": kv_heads * head_dim, "bias": bias, "tie": None}, dim_in, kv_heads * head_dim),
-            self._leaf("linear", "v", f"{name}.v", path, {"out": kv_heads * head_dim, "bias": bias, "tie": None}, dim_in, kv_heads * head_dim),
+            self._leaf("linear", "q", f"{name}.q", path, {"out": heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, heads * head_dim),
+            self._leaf("linear", "k", f"{name}.k", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
+            self._leaf("linear", "v", f"{name}.v", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
         ]
+        if params["qk_norm"] is not None:
+            # one RMSNorm of head_dim features for q and one for k, shared by every head (Qwen3)
+            norm = check_params(KINDS["rmsnorm"], params["qk_norm"], join(path, "qk_norm"))
+            params = {**params, "qk_norm": norm}
+            for which in ("q", "k"):
+                children.append(self._leaf("rmsnorm", f"{which}_norm", f"{name}.{which}_norm", join(path, "qk_norm"),
+                                           norm, head_dim, head_dim))
         if params["rope"] is not None:
             rope_raw = params["rope"]
             rpath = join(path, "rope")
