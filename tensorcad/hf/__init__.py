@@ -15,7 +15,8 @@ from ..errors import TensorcadError
 from .config import Disposition, Reader, looks_like_config, read_config
 from .families import SUPPORTED, family
 
-__all__ = ["SUPPORTED", "Disposition", "design_from_config", "dispositions", "import_hf", "looks_like_config"]
+__all__ = ["SUPPORTED", "Disposition", "design_from_config", "dispositions", "import_hf", "load_design",
+           "looks_like_config"]
 
 
 def _read(config: dict[str, Any], where: str, documents: bool, positions: bool, name: str | None):
@@ -60,3 +61,15 @@ def import_hf(source: str | Path, *, documents: bool = False, positions: bool = 
         folder = Path(where).parent.name
         name = folder if folder and folder not in (".", "..") else None
     return design_from_config(config, documents=documents, positions=positions, name=name, where=where)
+
+
+def load_design(source):
+    """`tensorcad.load`, but a Hugging Face config.json or model directory is imported first.
+
+    What the CLI calls wherever it takes a DESIGN, so `analyze`, `rules`, `codegen` and
+    `certify` read a model someone already has."""
+    from ..design import load
+
+    if isinstance(source, (str, Path)) and looks_like_config(source):
+        return load(import_hf(source))
+    return load(source)

@@ -1,0 +1,173 @@
+"""Configs become designs: every key accounted for, the presets' shapes analysed exactly
+as the presets are, and what a design cannot say refused in one line naming it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import tensorcad
+from tensorcad.errors import TensorcadError
+from tensorcad.hf import design_from_config, dispositions, import_hf
+
+from hf_families import CONFIG_CLASSES, FAMILIES, tiny_config  # tests/hf, on sys.path (rootdir import mode)
+
+transformers = pytest.importorskip("transformers", reason="transformers is absent: its config classes are the reference")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("which", ["default", "tiny"])
+def test_every_key_of_the_config_class_goes_somewhere(family, which):
+    cls = getattr(transformers, CONFIG_CLASSES[family])
+    config = (cls() if which == "default" else tiny_config(transformers, family)).to_dict()
+    where = dispositions(config)
+    assert set(config) <= set(where), f"keys said to go nowhere: {sorted(set(config) - set(where))}"
+    for key in config:
+        assert where[key].how in ("mapped", "carried", "ignored"), key
+        assert where[key].note.strip(), f"{key} has no reason or destination"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_carried_keys_are_in_the_design(family):
+    config = tiny_config(transformers, family).to_dict()
+    design = design_from_config(config)
+    carried = {k for k, d in dispositions(config).items() if d.how == "carried" and k in config}
+    assert set(design["hf"]["carried"]) == carried
+    assert design["hf"]["model_type"] == family
+    tensorcad.load(design)  # a valid design
+
+
+def _config_of_preset(preset: str) -> dict:
+    """The preset's shapes written as transformers would: through its config class."""
+    t = transformers
+    if preset == "llama-3-8b":
+        return t.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                             rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}).to_dict()
+    if preset == "mistral-7b":
+        return t.MistralConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+                               rms_norm_eps=1e-5, sliding_window=4096).to_dict()
+    if preset == "gpt2-small":
+        return t.GPT2Config().to_dict()
+    raise AssertionError(preset)
+
+
+OPERATING_POINTS = [
+    tensorcad.OperatingPoint(seq=2048),
+    tensorcad.OperatingPoint(seq=8192, packing=tensorcad.Packing(mean=1024, spread=1.0)),
+]
+
+
+@pytest.mark.parametrize("preset, documents", [
+    ("llama-3-8b", False), ("llama-3-8b", True), ("mistral-7b", False), ("gpt2-small", False), ("gpt2-small", True),
+])
+def test_the_presets_shapes_import_to_the_presets_analysis(preset, documents):
+    name = f"{preset}-documents" if documents else preset
+    want = tensorcad.load(name)
+    got = tensorcad.load(design_from_config(_config_of_preset(preset), documents=documents,
+                                            positions=name == "gpt2-small-documents", name=name))
+    assert got.context == want.context
+    for op in OPERATING_POINTS:
+        seq = min(op.seq, want.context)
+        op = tensorcad.OperatingPoint(seq=seq, packing=op.packing)
+        assert tensorcad.analyze(got, op).to_json() == tensorcad.analyze(want, op).to_json()
+
+
+def test_documents_and_positions_add_inputs_and_the_mask():
+    config = tiny_config(transformers, "llama").to_dict()
+    plain = design_from_config(config)
+    both = design_from_config(config, documents=True, positions=True)
+    assert set(plain["inputs"]) == {"ids"}
+    assert both["inputs"] == {"ids": {"role": "tokens"}, "documents": {"role": "documents"},
+                              "positions": {"role": "positions"}}
+    attention = both["nodes"][1]["params"]["block"]["params"]["attention"]
+    assert attention["mask"] == "doc(b, q) == doc(b, kv)"
+    assert both["nodes"][1]["in"] == {"x": "embed", "doc": "documents", "pos": "positions"}
+    assert tensorcad.check(tensorcad.load(both), tensorcad.OperatingPoint(seq=128)) is not None
+
+
+def _refused(config: dict) -> str:
+    with pytest.raises(TensorcadError) as e:
+        design_from_config(config)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_an_unknown_model_type_is_one_line_naming_it():
+    config = {**tiny_config(transformers, "llama").to_dict(), "model_type": "mamba"}
+    assert _refused(config).startswith("model_type: unknown model_type 'mamba' (supported: llama,")
+
+
+def test_gemma2_says_what_the_language_lacks():
+    message = _refused(transformers.Gemma2Config().to_dict())
+    assert message.startswith("model_type: 'gemma2': ") and "post-attention" in message
+
+
+@pytest.mark.parametrize(
+    "change, path",
+    [
+        ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}, "rope_parameters.rope_type"),
+        ({"quantization_config": {"bits": 4}}, "quantization_config"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"is_encoder_decoder": True}, "is_encoder_decoder"),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ],
+)
+def test_an_unsupported_field_is_one_line_naming_it(change, path):
+    config = {**tiny_config(transformers, "llama").to_dict(), **change}
+    assert _refused(config).startswith(f"{path}: ")
+
+
+def test_alternating_windows_are_refused_naming_layer_types():
+    config = tiny_config(transformers, "qwen2").to_dict()
+    config["layer_types"] = ["full_attention", "sliding_attention"]
+    config["use_sliding_window"], config["sliding_window"] = True, 16
+    assert _refused(config).startswith("layer_types: full and sliding layers alternate")
+
+
+def test_partial_rotary_is_refused():
+    config = tiny_config(transformers, "phi3").to_dict()
+    config["rope_parameters"] = {**config["rope_parameters"], "partial_rotary_factor": 0.5}
+    assert _refused(config).startswith("rope_parameters.partial_rotary_factor: ")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tensorcad.cli", *args], capture_output=True, text=True)
+
+
+def test_import_hf_writes_a_design_from_a_directory(tmp_path):
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    tiny_config(transformers, "llama").save_pretrained(folder)
+    out = tmp_path / "design.json"
+    run = _cli("import-hf", str(folder), "--documents", "--positions", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    design = json.loads(out.read_text())
+    assert design == import_hf(folder, documents=True, positions=True)
+    assert design["name"] == "tiny-llama" and set(design["inputs"]) == {"ids", "documents", "positions"}
+
+
+def test_commands_take_a_config_where_they_take_a_design(tmp_path):
+    path = tmp_path / "config.json"
+    tiny_config(transformers, "mistral").to_json_file(path)
+    run = _cli("analyze", str(path), "--json")
+    assert run.returncode == 0, run.stderr
+    want = tensorcad.analyze(tensorcad.load(import_hf(path)), tensorcad.OperatingPoint(seq=128)).to_json()
+    assert json.loads(run.stdout) == want
+    assert _cli("rules", str(tmp_path)).returncode == 0
+    run = _cli("codegen", str(tmp_path))
+    assert run.returncode == 0 and "def load_hf_state_dict(self, state_dict):" in run.stdout
+
+
+def test_the_cli_refuses_a_bad_config_in_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**tiny_config(transformers, "llama").to_dict(), "model_type": "mamba"}))
+    for command in (["import-hf", str(path)], ["analyze", str(path)]):
+        run = _cli(*command)
+        assert run.returncode == 2
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and "unknown model_type 'mamba'" in lines[0] and str(path) in lines[0], lines
