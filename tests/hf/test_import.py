@@ -171,3 +171,19 @@ def test_the_cli_refuses_a_bad_config_in_one_line(tmp_path):
         assert run.returncode == 2
         lines = run.stderr.strip().splitlines()
         assert len(lines) == 1 and "unknown model_type 'mamba'" in lines[0] and str(path) in lines[0], lines
+
+
+def test_certify_takes_a_model_directory(tmp_path):
+    tiny_config(transformers, "gpt2").save_pretrained(tmp_path)
+    run = _cli("certify", str(tmp_path), "--json")
+    assert run.returncode == 0, run.stderr
+    (result,) = json.loads(run.stdout)
+    outcomes = {c["name"]: c["outcome"] for c in result["checks"]}
+    assert result["passed"] and outcomes["export"] == "passed" and outcomes["rules"] == "passed"
+
+
+def test_the_hf_package_imports_neither_torch_nor_transformers():
+    code = ("import sys, tensorcad.hf, tensorcad.hf.weights, tensorcad.codegen; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "[]", run.stderr
