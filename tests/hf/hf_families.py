@@ -6,7 +6,8 @@ from __future__ import annotations
 _NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 _LLAMA_SHAPES = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
-WINDOW = 8  # Mistral's window, smaller than every document of the packed row
+WINDOW = 8  # Mistral's, Qwen2's and Phi-3's window, smaller than every document of the packed row
+WINDOWED = ("mistral", "qwen2", "phi3")
 
 
 def tiny_config(transformers, family: str):
@@ -15,12 +16,13 @@ def tiny_config(transformers, family: str):
         return t.LlamaConfig(**_LLAMA_SHAPES, **_NO_TOKENS, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
     if family == "mistral":
         return t.MistralConfig(**_LLAMA_SHAPES, **_NO_TOKENS, sliding_window=WINDOW)
-    if family == "qwen2":
-        return t.Qwen2Config(**_LLAMA_SHAPES, **_NO_TOKENS)
+    if family == "qwen2":  # every layer sliding (layer_types), the one pattern a stack can say
+        return t.Qwen2Config(**_LLAMA_SHAPES, **_NO_TOKENS, use_sliding_window=True, sliding_window=WINDOW,
+                             max_window_layers=0)
     if family == "qwen3":  # a head_dim other than hidden / heads, and a tied head
         return t.Qwen3Config(**{**_LLAMA_SHAPES, "head_dim": 32}, **_NO_TOKENS, tie_word_embeddings=True)
     if family == "phi3":
-        return t.Phi3Config(**_LLAMA_SHAPES, **_NO_TOKENS)
+        return t.Phi3Config(**_LLAMA_SHAPES, **_NO_TOKENS, sliding_window=WINDOW)
     if family == "gpt2":
         return t.GPT2Config(vocab_size=97, n_embd=64, n_layer=2, n_head=4, n_positions=128, **_NO_TOKENS)
     raise AssertionError(family)

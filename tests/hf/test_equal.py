@@ -26,10 +26,10 @@ from tensorcad.hf import design_from_config, import_hf  # noqa: E402
 from tensorcad.runtime import build  # noqa: E402
 from tensorcad.runtime.profile import profile  # noqa: E402
 
-from hf_families import FAMILIES, tiny_config  # noqa: E402  tests/hf, on sys.path (rootdir import mode)
+from hf_families import FAMILIES, WINDOW, WINDOWED, tiny_config  # noqa: E402  tests/hf, on sys.path (rootdir import mode)
 
 TOLERANCE = 1e-5
-LENGTHS = (15, 11, 14)  # a packed row of three documents, each longer than Mistral's window of 8
+LENGTHS = (15, 11, 14)  # a packed row of three documents, each longer than the windows
 
 
 @pytest.fixture(autouse=True)
@@ -100,16 +100,19 @@ def test_one_document_equals_transformers(pair):
 
 def test_a_packed_row_equals_each_document_alone_through_transformers(pair):
     family, config, hf = pair
-    ours = _ours(design_from_config(config.to_dict(), documents=True, positions=True), hf)
+    raw = design_from_config(config.to_dict(), documents=True, positions=True)
+    ours = _ours(raw, hf)
     ids, documents, positions = _packed_row(config)
+    stack = next(n for n in raw["nodes"] if n["kind"] == "stack")
+    window = stack["params"]["block"]["params"]["attention"].get("window")
+    assert window == (WINDOW if family in WINDOWED else None)  # and in force: shorter than every document
+    assert min(LENGTHS) > WINDOW
     for form, got in _both_forms(ours, ids, documents, positions).items():
         start = 0
         for i, n in enumerate(LENGTHS):
             alone = _theirs(hf, ids[:, start:start + n])
             assert (got[:, start:start + n] - alone).abs().max() <= TOLERANCE, f"{family} {form} document {i}"
             start += n
-    if family == "mistral":  # the window is smaller than each document, so it was in force
-        assert min(LENGTHS) > tiny_config(transformers, "mistral").sliding_window
 
 
 def test_a_packed_row_equals_transformers_own_packing_from_position_ids(pair):
@@ -125,9 +128,10 @@ def test_a_packed_row_equals_transformers_own_packing_from_position_ids(pair):
     assert (got - cached).abs().max() > 1e-3  # with a cache it attends across documents
 
 
-def test_mistral_without_its_window_is_caught():
+@pytest.mark.parametrize("family", WINDOWED)
+def test_a_design_without_its_window_is_caught(family):
     # the comparison can fail: the same weights without the sliding window are another model
-    config, hf = _hf_model("mistral")
+    config, hf = _hf_model(family)
     raw = design_from_config(config.to_dict())
     del raw["nodes"][1]["params"]["block"]["params"]["attention"]["window"]
     ids = torch.randint(0, config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(7))
