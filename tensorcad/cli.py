@@ -81,7 +81,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .design import load, show
+    from .design import show
+    from .hf import load_design as load  # a Hugging Face config is a design too
 
     sys.stdout.write(show(load(args.design)))
     return 0

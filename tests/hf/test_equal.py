@@ -170,6 +170,22 @@ def test_from_pretrained_reads_a_saved_directory(tmp_path):
         assert (loaded(ids) - _theirs(hf, ids)).abs().max() <= TOLERANCE
 
 
+def test_from_pretrained_reads_shards_bfloat16_and_pytorch_model_bin(tmp_path):
+    config, hf = _hf_model("phi3")
+    module_model = build(tensorcad.load(design_from_config(config.to_dict())), form="eager")
+    Model = type(module_model)
+    sharded, legacy = tmp_path / "sharded", tmp_path / "legacy"
+    hf.to(torch.bfloat16).save_pretrained(sharded, max_shard_size="40KB")
+    assert (sharded / "model.safetensors.index.json").is_file() and len(list(sharded.glob("*.safetensors"))) > 1
+    legacy.mkdir()
+    torch.save(hf.state_dict(), legacy / "pytorch_model.bin")
+    want = {k: v.float() for k, v in hf.state_dict().items()}  # bfloat16, upcast exactly
+    for directory in (sharded, legacy):
+        got = Model.from_pretrained(str(directory), form="eager").hf_state_dict()
+        assert got.keys() == want.keys()
+        assert all(torch.equal(got[k], want[k]) for k in want), directory.name
+
+
 def test_missing_and_unexpected_keys_are_one_error_naming_them():
     config, hf = _hf_model("llama")
     ours = build(tensorcad.load(design_from_config(config.to_dict())), form="eager")
@@ -180,6 +196,22 @@ def test_missing_and_unexpected_keys_are_one_error_naming_them():
         ours.load_hf_state_dict(state)
     assert str(e.value) == ("not LlamaForCausalLM's weights for this model: 1 missing "
                             "(model.layers.1.mlp.up_proj.weight); 1 unexpected (model.layers.9.extra.weight)")
+
+
+@pytest.mark.slow
+def test_compiled_flex_equals_transformers_on_a_packed_row():
+    # the path a GPU run takes: torch.compile'd flex_attention and create_block_mask (~20 s on CPU)
+    config, hf = _hf_model("mistral")
+    model = build(tensorcad.load(design_from_config(config.to_dict(), documents=True, positions=True)), form="flex")
+    model.load_hf_state_dict(hf.state_dict())
+    namespace = vars(sys.modules[type(model).__module__])
+    ids, documents, positions = _packed_row(config)
+    with torch.no_grad():
+        got = model(ids, documents, positions)
+        want = hf(input_ids=ids, position_ids=positions, use_cache=False).logits
+    assert namespace["RUNTIME_PATHS"] == {"attend": "flex", "create_block_mask": "compiled",
+                                          "flex_attention": "compiled"}
+    assert (got - want).abs().max() <= TOLERANCE
 
 
 def test_a_misshapen_tensor_is_named():
