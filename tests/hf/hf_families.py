@@ -14,6 +14,8 @@ def tiny_config(transformers, family: str):
     t = transformers
     if family == "llama":
         return t.LlamaConfig(**_LLAMA_SHAPES, **_NO_TOKENS, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    if family == "llama-biased":  # every bias Llama can have, and a tied head
+        return t.LlamaConfig(**_LLAMA_SHAPES, **_NO_TOKENS, attention_bias=True, mlp_bias=True, tie_word_embeddings=True)
     if family == "mistral":
         return t.MistralConfig(**_LLAMA_SHAPES, **_NO_TOKENS, sliding_window=WINDOW)
     if family == "qwen2":  # every layer sliding (layer_types), the one pattern a stack can say
@@ -28,6 +30,6 @@ def tiny_config(transformers, family: str):
     raise AssertionError(family)
 
 
-FAMILIES = ("llama", "mistral", "qwen2", "qwen3", "phi3", "gpt2")
-CONFIG_CLASSES = {"llama": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
+FAMILIES = ("llama", "llama-biased", "mistral", "qwen2", "qwen3", "phi3", "gpt2")
+CONFIG_CLASSES = {"llama": "LlamaConfig", "llama-biased": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
                   "qwen3": "Qwen3Config", "phi3": "Phi3Config", "gpt2": "GPT2Config"}
