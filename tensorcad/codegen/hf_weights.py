@@ -10,7 +10,10 @@ the module still needs only torch, and nothing reaches the network.
 
 from __future__ import annotations
 
+import json
+
 from ..hf.weights import WeightMap
+from . import layout
 
 HF_RUNTIME = '''
 
@@ -30,12 +33,16 @@ def _hf_rows(n_layer):
     rows = []
     for theirs, ours, transposed in HF_WEIGHTS:
         for i in range(n_layer) if "{i}" in theirs else [None]:
-            fill = (lambda s: s) if i is None else (lambda s, i=i: s.replace("{i}", str(i)))
+            fill = (
+                (lambda s: s)
+                if i is None
+                else (lambda s, i=i: s.replace("{i}", str(i)))
+            )
             rows.append((fill(theirs), tuple(fill(o) for o in ours), transposed))
     return rows
 
 
-def load_hf_state_dict(model, state_dict, n_layer):
+def copy_hf_weights(model, state_dict, n_layer):
     """Copy transformers' tensors into model; any key missing, unexpected or
     misshapen is one error naming every such key."""
     params = dict(model.named_parameters())
@@ -54,20 +61,24 @@ def load_hf_state_dict(model, state_dict, n_layer):
         tensor = state_dict[theirs]
         tensor = tensor.t() if transposed else tensor
         shapes = [params[o].shape for o in ours]
-        if tensor.shape[1:] != shapes[0][1:] or tensor.shape[0] != sum(s[0] for s in shapes):
+        if tensor.shape[1:] != shapes[0][1:] or tensor.shape[0] != sum(
+            s[0] for s in shapes
+        ):
             want = [tuple(s) for s in shapes]
             misfits.append(f"{theirs} {tuple(state_dict[theirs].shape)} (ours: {want})")
             continue
         copies.append((ours, tensor.split([s[0] for s in shapes], dim=0)))
     if misfits:
-        raise ValueError(f"{len(misfits)} tensors do not fit this model: {'; '.join(misfits)}")
+        raise ValueError(
+            f"{len(misfits)} tensors do not fit this model: {'; '.join(misfits)}"
+        )
     with torch.no_grad():
         for ours, parts in copies:
             for o, part in zip(ours, parts):
                 params[o].copy_(part)
 
 
-def hf_state_dict(model, n_layer):
+def as_hf_weights(model, n_layer):
     """model's weights under transformers' names, fused and transposed as theirs are."""
     params = dict(model.named_parameters())
     out = {}
@@ -80,9 +91,16 @@ def hf_state_dict(model, n_layer):
 
 
 _SAFETENSORS_DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U8": torch.uint8, "BOOL": torch.bool,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
 }
 
 
@@ -101,7 +119,11 @@ def read_safetensors(path):
         start, end = entry["data_offsets"]
         dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
         count = (end - start) // torch.empty((), dtype=dtype).element_size()
-        flat = torch.frombuffer(data, dtype=dtype, count=count, offset=start) if count else torch.empty(0, dtype=dtype)
+        flat = (
+            torch.frombuffer(data, dtype=dtype, count=count, offset=start)
+            if count
+            else torch.empty(0, dtype=dtype)
+        )
         tensors[key] = flat.reshape(entry["shape"])
     return tensors
 
@@ -125,22 +147,42 @@ def read_checkpoint(directory):
         return state_dict
     if os.path.isfile(legacy):
         return torch.load(legacy, map_location="cpu", weights_only=True)
-    raise FileNotFoundError(f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+    raise FileNotFoundError(
+        f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin"
+    )
 '''
 
 
 def table_source(weights: WeightMap) -> str:
     """`HF_CLASS`, `HF_WEIGHTS` and `HF_TIED` as Python literals (all names are ours or fixed)."""
+    q = json.dumps  # the names are dotted identifiers and "{i}": nothing to escape
     lines = [
         f"# transformers' {weights.hf_class}: whose state_dict names these are",
-        f"HF_CLASS = {weights.hf_class!r}",
+        f"HF_CLASS = {q(weights.hf_class)}",
         "HF_WEIGHTS = (",
     ]
     for e in weights.entries:
-        lines.append(f"    ({e.hf!r}, {e.ours!r}, {e.transpose!r}),")
+        ours = "(" + ", ".join(q(o) for o in e.ours) + ("," if len(e.ours) == 1 else "") + ")"
+        lines += _row([q(e.hf), ours, str(e.transpose)], [q(o) for o in e.ours])
     lines.append(")")
-    lines.append(f"HF_TIED = {dict(weights.tied)!r}")
+    tied = ", ".join(f"{q(k)}: {q(v)}" for k, v in weights.tied)
+    lines.append(f"HF_TIED = {{{tied}}}")
     return "\n".join(lines) + "\n"
+
+
+def _row(items: list[str], ours: list[str]) -> list[str]:
+    """One HF_WEIGHTS row as black lays it out: one line, else its items on one
+    indented line, else one item a line (the tuple of ours split likewise)."""
+    rows = layout.call("    ", "(", items, "),")
+    if len(rows) <= 3:
+        return rows
+    lines = ["    ("]
+    for item in items:
+        if len(f"        {item},") <= layout.WIDTH or len(ours) == 1:
+            lines.append(f"        {item},")
+        else:
+            lines += layout.call("        ", "(", ours, "),")
+    return lines + ["    ),"]
 
 
 def model_methods(stack: str) -> list[str]:
@@ -149,12 +191,12 @@ def model_methods(stack: str) -> list[str]:
         "",
         "    def load_hf_state_dict(self, state_dict):",
         '        """Load transformers\' weights (HF_CLASS\'s state_dict, under its names)."""',
-        f"        load_hf_state_dict(self, state_dict, len(self.{stack}))",
+        f"        copy_hf_weights(self, state_dict, len(self.{stack}))",
         "        return self",
         "",
         "    def hf_state_dict(self):",
         '        """This model\'s weights under transformers\' names; HF_CLASS.load_state_dict takes them."""',
-        f"        return hf_state_dict(self, len(self.{stack}))",
+        f"        return as_hf_weights(self, len(self.{stack}))",
         "",
         "    @classmethod",
         '    def from_pretrained(cls, directory, config=CONFIG, form="flex"):',

@@ -27,7 +27,7 @@ RESERVED = frozenset(
         "FORMS", "COMPILE", "RUNTIME_PATHS",
         # Hugging Face weight loading (codegen/hf_weights.py), in imported designs only
         "HF_CLASS", "HF_WEIGHTS", "HF_TIED", "read_checkpoint", "read_safetensors",
-        "load_hf_state_dict", "hf_state_dict", "from_pretrained",
+        "copy_hf_weights", "as_hf_weights", "load_hf_state_dict", "hf_state_dict", "from_pretrained",
     }
 )
 # nn.Module's own attributes (torch 2.x): a submodule or parameter named like one

@@ -187,3 +187,12 @@ def test_the_hf_package_imports_neither_torch_nor_transformers():
             "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "[]", run.stderr
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generated_weight_loading_is_formatted_as_black_leaves_it(family):
+    black = pytest.importorskip("black")
+    source = tensorcad.generate(tensorcad.load(design_from_config(
+        tiny_config(transformers, family).to_dict(), documents=True, positions=True)))
+    assert "HF_WEIGHTS = (" in source and "def from_pretrained(cls, directory" in source
+    assert black.format_str(source, mode=black.Mode()) == source
