@@ -39,6 +39,7 @@ _IGNORED_COMMON = {
     "initializer_range": "how transformers initialises untrained weights; loaded weights replace them",
     "_name_or_path": "where transformers last read the config from",
     "pretraining_tp": "tensor-parallel slicing at pretraining; transformers 5 computes the same without it",
+    "task_specific_params": "generation settings for pipelines, not what the model computes",
 }
 _CARRIED_COMMON = {
     "transformers_version": "the version that wrote the config",
@@ -48,6 +49,7 @@ _CARRIED_COMMON = {
     "eos_token_id": "a tokenizer id; a design has no tokenizer",
     "pad_token_id": "a tokenizer id; a design has no tokenizer",
     "architectures": "the transformers class the weights belong to",
+    "auto_map": "remote-code classes a repository offers; tensorcad imports the model_type's own architecture",
 }
 _DROPOUT = "dropout: noise at training time only, nothing at inference; carried, not modelled"
 

@@ -134,6 +134,7 @@ def llama_like(r: Reader, model_type: str, name: str, documents: bool, positions
         attention["bias"] = r.flag("attention_bias", f"{_ATTN}.bias")
         attention["qk_norm"] = {"eps": eps}
     elif model_type == "phi3":
+        r.must_be("attention_bias", (False,), "Phi-3's projections have no biases", False)
         r.ignore("original_max_position_embeddings", "the pretraining context, read only by longrope scaling, which is refused")
     if documents:
         attention["mask"] = DOCUMENT_MASK
@@ -170,6 +171,8 @@ def gpt2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
     dim = r.int("n_embd", "nodes[0].params.dim")
     context = r.int("n_positions", "context and nodes[1].params.context")
     layers = r.int("n_layer", "nodes[2].params.repeat")
+    if r.has("n_ctx"):  # older files' name for n_positions
+        r.must_be("n_ctx", (context,), "it is the older name of n_positions, and must agree with it")
     heads = r.int("n_head", f"nodes[2].params.block.params.attention.heads")
     if dim % heads:
         r.refuse("n_head", f"{heads} heads do not divide n_embd {dim}")

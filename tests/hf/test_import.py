@@ -196,3 +196,55 @@ def test_generated_weight_loading_is_formatted_as_black_leaves_it(family):
         tiny_config(transformers, family).to_dict(), documents=True, positions=True)))
     assert "HF_WEIGHTS = (" in source and "def from_pretrained(cls, directory" in source
     assert black.format_str(source, mode=black.Mode()) == source
+
+
+# Shaped like the config.json files on the Hub (older transformers wrote rope_theta,
+# rope_scaling, torch_dtype, n_ctx, auto_map, task_specific_params): they import as written.
+HUB_FILES = {
+    "Meta-Llama-3-8B": {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192,
+        "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+        "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 500000.0,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0",
+        "use_cache": True, "vocab_size": 128256,
+    },
+    "Phi-3-mini-4k-instruct": {
+        "_name_or_path": "Phi-3-mini-4k-instruct", "architectures": ["Phi3ForCausalLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config"},
+        "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+        "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "phi3",
+        "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+        "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True, "vocab_size": 32064,
+    },
+    "gpt2": {
+        "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+        "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+        "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "summary_activation": None,
+        "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+        "summary_use_proj": True, "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "vocab_size": 50257,
+    },
+}
+
+
+@pytest.mark.parametrize("name", HUB_FILES)
+def test_hub_shaped_files_import(name, tmp_path):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(json.dumps(HUB_FILES[name]))
+    design = tensorcad.load(import_hf(tmp_path / name))
+    assert design.name == name
+    if name == "Meta-Llama-3-8B":
+        assert tensorcad.analyze(design, OPERATING_POINTS[1]).to_json()["params"] == \
+            tensorcad.analyze(tensorcad.load("llama-3-8b"), OPERATING_POINTS[1]).to_json()["params"]
+
+
+def test_llama_3_1_rope_scaling_is_refused_naming_it():
+    config = {**HUB_FILES["Meta-Llama-3-8B"], "rope_scaling": {
+        "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+    assert _refused(config).startswith("rope_scaling: ")
