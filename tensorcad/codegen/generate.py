@@ -67,6 +67,9 @@ class _Generator:
         f = lambda key: self.config(owner, key)  # noqa: E731
         kind = node.kind
         if kind in NORMS:
+            if kind == "rmsnorm" and node.params.get("offset"):
+                concept, source = NORMS["rmsnorm_offset"]
+                return self.classes(concept, source, owner), [f("dim"), f("eps"), f("norm_offset")]
             concept, source = NORMS[kind]
             return self.classes(concept, source, owner), [f("dim"), f("eps")]
         if kind == "mlp":
@@ -119,6 +122,8 @@ class _Generator:
             "        super().__init__()",
             f"        self.head_dim = {head_dim}",
         ]
+        if sdpa.params["scale"] is not None:
+            lines.append(f"        self.scale = {f('attn_scale')}  # multiplies q . k, in place of 1 / sqrt(D)")
         lines += assign_call(_I2, "self.q", "nn.Linear", [f("dim"), f"{heads} * {head_dim}", qkv_bias])
         lines += assign_call(_I2, "self.k", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
         lines += assign_call(_I2, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
@@ -165,6 +170,8 @@ class _Generator:
             else:
                 lines += layout.statement(_I2, f"{keyword} = ", fn.call(port_values))
                 call_args.append(f"{keyword}={keyword}")
+        if sdpa.params["scale"] is not None:
+            call_args.append("scale=self.scale")
         call_args.append("form=self.form")
         lines += assign_call(_I2, "y", "attend", call_args, "# (B, H, T, D)")
         lines += [
@@ -190,8 +197,13 @@ class _Generator:
         ports = self.port_args(node)
         lines += ["", f"    def forward({', '.join(['self', 'x', *ports])}):"]
         attention_args = ["self.attention_norm(x)", *(f"{p}={p}" for p in ports)]
-        lines += assign_call(_I2, "x", "x + self.attention", attention_args, "# (B, T, C)")
-        lines += ["        x = x + self.mlp(self.mlp_norm(x))  # (B, T, C)", "        return x"]
+        if node.params["post_norms"]:  # Gemma 2: each half's output normalised before the residual add
+            lines += assign_call(_I2, "y", "self.attention", attention_args, "# (B, T, C)")
+            lines += ["        x = x + self.post_attention_norm(y)  # (B, T, C)",
+                      "        x = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))  # (B, T, C)", "        return x"]
+        else:
+            lines += assign_call(_I2, "x", "x + self.attention", attention_args, "# (B, T, C)")
+            lines += ["        x = x + self.mlp(self.mlp_norm(x))  # (B, T, C)", "        return x"]
         return self.classes("Block", "\n".join(lines) + "\n", owner)
 
     # -- the model ------------------------------------------------------------------------
@@ -220,8 +232,15 @@ class _Generator:
                 init += assign_call(_I2, f"self.{name}", "nn.Parameter", [f"torch.empty({shape})"])
                 tables.append(name)
             elif node.kind == "stack":
-                fn, args = self.construct(node.children[0], node.id)
-                inner = f"[{fn}({', '.join(args)}) for _ in range({self.config(node.id, 'n_layer')})]"
+                built = [self.construct(child, node.id) for child in node.children]
+                n_layer = self.config(node.id, "n_layer")
+                if len(built) == 1:
+                    fn, args = built[0]
+                    inner = f"[{fn}({', '.join(args)}) for _ in range({n_layer})]"
+                else:  # blocks taken in turn (alternating windows): layer i is the (i mod n)th
+                    kinds = ", ".join(fn for fn, _ in built)
+                    args = built[0][1]
+                    inner = f"[({kinds})[i % {len(built)}]({', '.join(args)}) for i in range({n_layer})]"
                 init += assign_call(_I2, f"self.{name}", "nn.ModuleList", [inner])
             else:
                 fn, args = self.construct(node, node.id)
@@ -360,6 +379,13 @@ class _Generator:
                 lines += assign_call(" " * 12, out, "block", [out, *ports], shape)
             else:
                 lines += assign_call(_I2, out, f"self.{name}", [source, *ports], shape)
+            if n.kind == "embedding" and n.params["scale"] is not None:
+                lines.append("        # scaled as Gemma scales its embedding (by sqrt(dim))")
+                lines += layout.statement(_I2, f"{out} = ", f"{out} * self.{self.config(n.id, 'embed_scale')}")
+            if n.kind == "linear" and n.params["softcap"] is not None:
+                cap = f"self.{self.config(n.id, 'softcap')}"
+                lines.append("        # soft-capped, as Gemma 2 caps its logits: |value| < cap")
+                lines += layout.statement(_I2, f"{out} = ", f"torch.tanh({out} / {cap}) * {cap}")
         lines.append(f"        return {var[d.output]}")
         return lines
 

@@ -372,7 +372,7 @@ class _Resolver:
             for which, width in (("q", heads * head_dim), ("k", kv_heads * head_dim)):
                 children.append(self._rope(f"rope_{which}", f"{name}.rope_{which}", rpath, rope, width,
                                            self._hand(handed, f"{name}.rope_{which}", ("pos",))))
-        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score")}
+        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score", "scale")}
         sdpa_params.update(kv_heads=kv_heads, head_dim=head_dim)
         sdpa = self._sdpa("sdpa", f"{name}.sdpa", path, sdpa_params, heads * head_dim,
                           self._hand(handed, f"{name}.sdpa"))
@@ -388,15 +388,21 @@ class _Resolver:
             raise TensorcadError(join(path, "dim"), f"{dim} differs from its input's width {dim_in}")
         norm = KINDS[params["norm"]]
         norm_params = {"eps": params["eps"]}
+        if params["norm_offset"]:
+            if norm.name != "rmsnorm":
+                raise TensorcadError(join(path, "norm_offset"), f"an offset scales an rmsnorm; this block's norm is {norm.name}")
+            norm_params["offset"] = params["norm_offset"]
         attention = self._build(KINDS["gqa_attention"], "attention", f"{name}.attention", join(path, "attention"),
                                 params["attention"], dim, self._hand(handed, f"{name}.attention"))
         mlp = self._build(KINDS["mlp"], "mlp", f"{name}.mlp", join(path, "mlp"), params["mlp"], dim, {})
-        children = (
-            self._leaf(norm.name, "attention_norm", f"{name}.attention_norm", path, norm_params, dim, dim),
-            attention,
-            self._leaf(norm.name, "mlp_norm", f"{name}.mlp_norm", path, norm_params, dim, dim),
-            mlp,
-        )
+        def norm_leaf(id):
+            return self._leaf(norm.name, id, f"{name}.{id}", path, norm_params, dim, dim)
+
+        if params["post_norms"]:  # Gemma 2: each half's output normalised before its residual add
+            children = (norm_leaf("attention_norm"), attention, norm_leaf("post_attention_norm"),
+                        norm_leaf("mlp_norm"), mlp, norm_leaf("post_mlp_norm"))
+        else:
+            children = (norm_leaf("attention_norm"), attention, norm_leaf("mlp_norm"), mlp)
         node = self._leaf("transformer_block", id, name, path, {**params, "dim": dim}, dim_in, dim, handed.values())
         return replace(node, children=children)
 
@@ -415,11 +421,34 @@ class _Resolver:
             inner, ipath = block["params"], join(bpath, "params")
         else:  # the block's params may also sit beside its kind
             inner, ipath = {k: v for k, v in block.items() if k != "kind"}, bpath
-        child = self._build(kind, "block", f"{name}.block", ipath, inner, dim_in, self._hand(handed, f"{name}.block"))
-        if child.dim != dim_in:
-            raise TensorcadError(bpath, f"the block maps width {dim_in} to {child.dim}; a stack needs them equal")
+        windows = params["windows"]
+        if windows is None:
+            variants = [inner]
+        else:
+            # one block per window, taken in turn: the stack runs the cycle repeat / n times
+            wpath = join(path, "windows")
+            if params["repeat"] % len(windows):
+                raise TensorcadError(wpath, f"{len(windows)} windows do not divide repeat {params['repeat']}")
+            if kind.name not in ("transformer_block", "gqa_attention"):
+                raise TensorcadError(wpath, f"windows set an attention's window; a {kind.name} block has none")
+            variants = []
+            for w in windows:
+                variant = dict(inner) if isinstance(inner, dict) else inner
+                if kind.name == "transformer_block" and isinstance(inner, dict):
+                    attention = inner.get("attention")
+                    variant["attention"] = {**attention, "window": w} if isinstance(attention, dict) else attention
+                elif isinstance(inner, dict):
+                    variant["window"] = w
+                variants.append(variant)
+        children = []
+        for i, variant in enumerate(variants):
+            cid = "block" if i == 0 else f"block_{i}"
+            child = self._build(kind, cid, f"{name}.{cid}", ipath, variant, dim_in, self._hand(handed, f"{name}.{cid}"))
+            if child.dim != dim_in:
+                raise TensorcadError(bpath, f"the block maps width {dim_in} to {child.dim}; a stack needs them equal")
+            children.append(child)
         node = self._leaf("stack", id, name, path, params, dim_in, dim_in, handed.values())
-        return replace(node, children=(child,), repeat=params["repeat"])
+        return replace(node, children=tuple(children), repeat=params["repeat"] // len(children))
 
 
 def resolve(raw: Any) -> Design:

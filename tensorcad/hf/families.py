@@ -19,11 +19,9 @@ _ATTN = f"{_BLOCK}.attention"
 
 # model_type -> (the transformers classes it stands for, what its attention projections are)
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
-SUPPORTED = LLAMA_LIKE + ("gpt2",)
+SUPPORTED = LLAMA_LIKE + ("gemma2", "gpt2")
 # Families transformers has that the design language cannot say yet, with what it lacks.
 NOT_YET = {
-    "gemma2": "post-attention and post-MLP norms, a sqrt(dim)-scaled embedding, (1 + weight) RMSNorm "
-              "and alternating sliding windows per layer are not in the design language yet",
     "gemma3": "post-norms, scaled embedding and interleaved local/global layers are not in the design language yet",
 }
 
@@ -59,27 +57,60 @@ def _rope(r: Reader) -> float:
     return theta
 
 
-def _window(r: Reader, model_type: str, layers: int) -> int | None:
-    """One sliding window for every layer, or none; alternating windows are refused."""
-    if model_type in ("qwen2", "qwen3"):
-        use = r.flag("use_sliding_window", f"{_ATTN}.window")
-        types = r.map("layer_types", f"{_ATTN}.window")
-        r.ignore("max_window_layers", "which layers slide; transformers already wrote it into layer_types")
-        if types is not None:
-            if not isinstance(types, list) or len(types) != layers:
-                r.refuse("layer_types", f"expected a list of {layers} layer types")
-            kinds = set(types)
-            if not kinds <= {"full_attention", "sliding_attention"}:
-                r.refuse("layer_types", f"{sorted(kinds)}: only full_attention and sliding_attention are known")
-            if len(kinds) > 1:
-                r.refuse("layer_types", "full and sliding layers alternate; a stack repeats one block, "
-                                        "so the design language cannot say this yet")
-            use = kinds == {"sliding_attention"}
-        window = r.map("sliding_window", f"{_ATTN}.window")
-        return window if use else None
+MAX_CYCLE = 16  # the most blocks a stack takes in turn (catalog: stack.windows)
+
+
+def _layer_windows(r: Reader, layers: int, window) -> list | None:
+    """Each layer's window from `layer_types`, as the shortest cycle that repeats to all of them."""
+    types = r.map("layer_types", "nodes[1].params.windows, or the attention's window when every layer has the same")
+    if types is None:
+        return None
+    if not isinstance(types, list) or len(types) != layers:
+        r.refuse("layer_types", f"expected a list of {layers} layer types")
+    kinds = set(types)
+    if not kinds <= {"full_attention", "sliding_attention"}:
+        r.refuse("layer_types", f"{sorted(kinds)}: only full_attention and sliding_attention are known")
+    if "sliding_attention" in kinds and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        r.refuse("sliding_window", f"sliding layers need a positive window, got {window!r}")
+    per_layer = [window if t == "sliding_attention" else None for t in types]
+    for n in range(1, min(layers, MAX_CYCLE) + 1):
+        if layers % n == 0 and per_layer == per_layer[:n] * (layers // n):
+            return per_layer[:n]
+    r.refuse("layer_types", f"no cycle of at most {MAX_CYCLE} layers repeats to these {layers}; "
+                            "a stack takes at most that many blocks in turn")
+
+
+def _windows(r: Reader, model_type: str, layers: int) -> list | None:
+    """The windows a stack takes in turn ([w] for one window everywhere), or None for none."""
+    if model_type in ("qwen2", "qwen3", "gemma2"):
+        if model_type != "gemma2":
+            r.flag("use_sliding_window", "nodes[1] windows (transformers writes it into layer_types)")
+            r.ignore("max_window_layers", "which layers slide; transformers already wrote it into layer_types")
+        window = r.map("sliding_window", "the window of the layer_types marked sliding_attention")
+        cycle = _layer_windows(r, layers, window)
+        if cycle is None:  # an older file without layer_types
+            if model_type == "gemma2":
+                cycle = [window, None]
+            elif r.get("use_sliding_window") and r.get("max_window_layers", 0) == 0:
+                cycle = [window]
+            elif r.get("use_sliding_window"):
+                r.refuse("max_window_layers", "full layers, then sliding ones: not a cycle a stack can repeat")
+        return None if cycle is None or all(w is None for w in cycle) else cycle
     if model_type in ("mistral", "phi3"):
-        return r.map("sliding_window", f"{_ATTN}.window")
+        window = r.map("sliding_window", f"{_ATTN}.window")
+        return None if window is None else [window]
     return None
+
+
+def _place_windows(r: Reader, cycle: list | None, attention: dict, stack: dict) -> None:
+    if cycle is None:
+        return
+    if len(cycle) == 1:
+        if isinstance(cycle[0], bool) or not isinstance(cycle[0], int) or cycle[0] < 1:
+            r.refuse("sliding_window", f"expected a positive integer or null, got {cycle[0]!r}")
+        attention["window"] = cycle[0]
+    else:
+        stack["windows"] = cycle
 
 
 def _inputs(documents: bool, positions: bool) -> dict[str, Any]:
@@ -116,13 +147,11 @@ def llama_like(r: Reader, model_type: str, name: str, documents: bool, positions
     eps = r.float("rms_norm_eps", f"{_BLOCK}.eps and nodes[2].params.eps", default=1e-6)
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=False)
     theta = _rope(r)
-    window = _window(r, model_type, layers)
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        r.refuse("sliding_window", f"expected a positive integer or null, got {window!r}")
+    cycle = _windows(r, model_type, layers)
 
     attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "causal": True}
-    if window is not None:
-        attention["window"] = window
+    stack_params: dict[str, Any] = {"repeat": layers}
+    _place_windows(r, cycle, attention, stack_params)
     attention["rope"] = {"theta": theta}
     mlp: dict[str, Any] = {"hidden": hidden, "activation": "swiglu"}
     if model_type == "llama":
@@ -154,8 +183,69 @@ def llama_like(r: Reader, model_type: str, name: str, documents: bool, positions
         "nodes": [
             {"id": "embed", "kind": "embedding", "in": {"x": "ids"}, "params": {"vocab": vocab, "dim": dim}},
             {"id": "layers", "kind": "stack", "in": stack_in,
-             "params": {"repeat": layers, "block": {"kind": "transformer_block", "params": block}}},
+             "params": {**stack_params, "block": {"kind": "transformer_block", "params": block}}},
             {"id": "norm", "kind": "rmsnorm", "in": {"x": "layers"}, "params": {"eps": eps}},
+            {"id": "head", "kind": "linear", "in": {"x": "norm"}, "params": head},
+        ],
+        "output": "head",
+    }
+
+
+def gemma2(r: Reader, model_type: str, name: str, documents: bool, positions: bool) -> dict[str, Any]:
+    """Gemma 2: Llama's skeleton with a sqrt(dim)-scaled embedding, (1 + weight) RMSNorms after
+    each half as well as before, a GeGLU MLP, soft-capped scores and logits, and local
+    (sliding) and global layers in turn."""
+    vocab = r.int("vocab_size", "nodes[0].params.vocab")
+    dim = r.int("hidden_size", "nodes[0].params.dim")
+    hidden = r.int("intermediate_size", f"{_BLOCK}.mlp.hidden")
+    layers = r.int("num_hidden_layers", "nodes[1].params.repeat")
+    heads = r.int("num_attention_heads", f"{_ATTN}.heads")
+    kv_heads = r.int("num_key_value_heads", f"{_ATTN}.kv_heads")
+    head_dim = r.int("head_dim", f"{_ATTN}.head_dim")
+    gate = "Gemma 2's MLP gates with tanh-approximated GELU (the design's geglu)"
+    r.must_be("hidden_activation", ("gelu_pytorch_tanh",), gate, "gelu_pytorch_tanh")
+    if r.has("hidden_act"):  # older files wrote both
+        r.must_be("hidden_act", ("gelu_pytorch_tanh",), gate)
+    context = r.int("max_position_embeddings", "context", default=8192)
+    eps = r.float("rms_norm_eps", f"{_BLOCK}.eps and nodes[2].params.eps", default=1e-6)
+    tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=True)
+    theta = _rope(r)
+    cycle = _windows(r, model_type, layers)
+    scalar = r.float("query_pre_attn_scalar", f"{_ATTN}.scale (its -1/2 power)", default=head_dim)
+    if scalar <= 0:
+        r.refuse("query_pre_attn_scalar", f"{scalar} is not positive")
+    cap = r.map("attn_logit_softcapping", f"{_ATTN}.score (cap x tanh(score / cap))")
+    final_cap = r.map("final_logit_softcapping", "nodes[3].params.softcap")
+    for key, value in (("attn_logit_softcapping", cap), ("final_logit_softcapping", final_cap)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
+            r.refuse(key, f"expected a positive number or null, got {value!r}")
+    r.must_be("use_bidirectional_attention", (None, False), "a causal LM attends to earlier keys only", None)
+    r.ignore("cache_implementation", "which KV cache generation uses; the logits are the same")
+    attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "causal": True,
+                                 "scale": scalar ** -0.5, "rope": {"theta": theta},
+                                 "bias": r.flag("attention_bias", f"{_ATTN}.bias")}
+    if cap is not None:
+        attention["score"] = f"tanh(score * {1.0 / cap!r}) * {float(cap)!r}"
+    if documents:
+        attention["mask"] = DOCUMENT_MASK
+    stack_params: dict[str, Any] = {"repeat": layers}
+    _place_windows(r, cycle, attention, stack_params)
+    stack_in: dict[str, str] = {"x": "embed", **({"doc": "documents"} if documents else {}),
+                                **({"pos": "positions"} if positions else {})}
+    head: dict[str, Any] = {"out": vocab, **({"tie": "embed"} if tied else {}),
+                            **({"softcap": float(final_cap)} if final_cap is not None else {})}
+    block = {"dim": dim, "norm": "rmsnorm", "eps": eps, "norm_offset": 1.0, "post_norms": True,
+             "mlp": {"hidden": hidden, "activation": "geglu"}, "attention": attention}
+    return {
+        "name": name,
+        "context": context,
+        "inputs": _inputs(documents, positions),
+        "nodes": [
+            {"id": "embed", "kind": "embedding", "in": {"x": "ids"},
+             "params": {"vocab": vocab, "dim": dim, "scale": dim ** 0.5}},
+            {"id": "layers", "kind": "stack", "in": stack_in,
+             "params": {**stack_params, "block": {"kind": "transformer_block", "params": block}}},
+            {"id": "norm", "kind": "rmsnorm", "in": {"x": "layers"}, "params": {"eps": eps, "offset": 1.0}},
             {"id": "head", "kind": "linear", "in": {"x": "norm"}, "params": head},
         ],
         "output": "head",
@@ -226,6 +316,8 @@ def family(model_type: Any, where: str):
         raise TensorcadError(where, f"{model_type!r}: {NOT_YET[model_type]}")
     if model_type == "gpt2":
         return gpt2
+    if model_type == "gemma2":
+        return gemma2
     if model_type in LLAMA_LIKE:
         return llama_like
     raise TensorcadError(where, f"unknown model_type {model_type!r} (supported: {', '.join(SUPPORTED)})")

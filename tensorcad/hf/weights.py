@@ -37,7 +37,7 @@ class WeightMap:
 
 _CLASSES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gpt2": "GPT2LMHeadModel",
+    "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gpt2": "GPT2LMHeadModel",
 }
 
 
@@ -99,7 +99,12 @@ def weight_map(design: Design, attr: Callable[[str], str] = lambda id: id) -> We
         add("model.embed_tokens.weight", f"{E}.weight")
         h, a = "model.layers.{i}", f"{L}.attention"
         add(f"{h}.input_layernorm.weight", f"{L}.attention_norm.weight")
-        add(f"{h}.post_attention_layernorm.weight", f"{L}.mlp_norm.weight")
+        if model_type == "gemma2":  # a norm after each half too
+            add(f"{h}.post_attention_layernorm.weight", f"{L}.post_attention_norm.weight")
+            add(f"{h}.pre_feedforward_layernorm.weight", f"{L}.mlp_norm.weight")
+            add(f"{h}.post_feedforward_layernorm.weight", f"{L}.post_mlp_norm.weight")
+        else:
+            add(f"{h}.post_attention_layernorm.weight", f"{L}.mlp_norm.weight")
         kinds = ["weight"] + (["bias"] if p["qkv_bias"] else [])
         if model_type == "phi3":  # one fused projection, q then k then v; gate then up
             for kind in kinds:

@@ -104,8 +104,8 @@ def test_a_packed_row_equals_each_document_alone_through_transformers(pair):
     ours = _ours(raw, hf)
     ids, documents, positions = _packed_row(config)
     stack = next(n for n in raw["nodes"] if n["kind"] == "stack")
-    window = stack["params"]["block"]["params"]["attention"].get("window")
-    assert window == (WINDOW if family in WINDOWED else None)  # and in force: shorter than every document
+    windows = stack["params"].get("windows") or [stack["params"]["block"]["params"]["attention"].get("window")]
+    assert WINDOW in windows if family in WINDOWED else windows == [None]  # in force: shorter than every document
     assert min(LENGTHS) > WINDOW
     for form, got in _both_forms(ours, ids, documents, positions).items():
         start = 0
@@ -133,7 +133,8 @@ def test_a_design_without_its_window_is_caught(family):
     # the comparison can fail: the same weights without the sliding window are another model
     config, hf = _hf_model(family)
     raw = design_from_config(config.to_dict())
-    del raw["nodes"][1]["params"]["block"]["params"]["attention"]["window"]
+    raw["nodes"][1]["params"].pop("windows", None)
+    raw["nodes"][1]["params"]["block"]["params"]["attention"].pop("window", None)
     ids = torch.randint(0, config.vocab_size, (1, 40), generator=torch.Generator().manual_seed(7))
     with torch.no_grad():
         assert (_ours(raw, hf)(ids) - _theirs(hf, ids)).abs().max() > 1e-3

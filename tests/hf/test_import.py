@@ -102,9 +102,9 @@ def test_an_unknown_model_type_is_one_line_naming_it():
     assert _refused(config).startswith("model_type: unknown model_type 'mamba' (supported: llama,")
 
 
-def test_gemma2_says_what_the_language_lacks():
-    message = _refused(transformers.Gemma2Config().to_dict())
-    assert message.startswith("model_type: 'gemma2': ") and "post-attention" in message
+def test_a_known_family_the_language_cannot_say_yet_says_what_it_lacks():
+    message = _refused({**tiny_config(transformers, "gemma2").to_dict(), "model_type": "gemma3"})
+    assert message.startswith("model_type: 'gemma3': ") and "not in the design language yet" in message
 
 
 @pytest.mark.parametrize(
@@ -122,11 +122,22 @@ def test_an_unsupported_field_is_one_line_naming_it(change, path):
     assert _refused(config).startswith(f"{path}: ")
 
 
-def test_alternating_windows_are_refused_naming_layer_types():
-    config = tiny_config(transformers, "qwen2").to_dict()
-    config["layer_types"] = ["full_attention", "sliding_attention"]
-    config["use_sliding_window"], config["sliding_window"] = True, 16
-    assert _refused(config).startswith("layer_types: full and sliding layers alternate")
+def test_layer_types_without_a_short_cycle_are_refused_naming_them():
+    # Qwen2's max_window_layers: full layers first, then sliding ones; no cycle of <= 16 layers
+    config = transformers.Qwen2Config(num_hidden_layers=20, use_sliding_window=True, sliding_window=16,
+                                      max_window_layers=4).to_dict()
+    assert _refused(config).startswith("layer_types: no cycle of at most 16 layers repeats to these 20")
+
+
+def test_layer_types_in_turn_become_the_stacks_windows():
+    config = tiny_config(transformers, "gemma2").to_dict()
+    assert config["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    stack = design_from_config(config)["nodes"][1]["params"]
+    assert stack["windows"] == [8, None] and stack["repeat"] == 4
+    assert "window" not in stack["block"]["params"]["attention"]
+    design = tensorcad.load(design_from_config(config))
+    windows = [(a.window, layers) for a, layers in design.attentions()]
+    assert windows == [(8, 2), (None, 2)]
 
 
 def test_partial_rotary_is_refused():
