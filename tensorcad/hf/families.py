@@ -1,4 +1,4 @@
-"""Each supported `model_type` read into a design: Llama's family and GPT-2.
+"""Each supported `model_type` read into a design: Llama's family, Gemma 2 and GPT-2.
 
 A family takes every key its config class writes (`transformers.<X>Config().to_dict()`)
 and says where it goes; `Reader.finish` refuses the rest. The designs use the ids the
@@ -17,12 +17,12 @@ DOCUMENT_MASK = "doc(b, q) == doc(b, kv)"
 _BLOCK = "nodes[1].params.block.params"
 _ATTN = f"{_BLOCK}.attention"
 
-# model_type -> (the transformers classes it stands for, what its attention projections are)
+# pre-norm RMSNorm blocks, SwiGLU and rotary GQA, differing in biases, q/k norms and windows
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
 SUPPORTED = LLAMA_LIKE + ("gemma2", "gpt2")
 # Families transformers has that the design language cannot say yet, with what it lacks.
 NOT_YET = {
-    "gemma3": "post-norms, scaled embedding and interleaved local/global layers are not in the design language yet",
+    "gemma3": "a rotary base of its own for the local layers (rope_local_base_freq) is not in the design language yet",
 }
 
 
@@ -92,8 +92,8 @@ def _windows(r: Reader, model_type: str, layers: int) -> list | None:
             if model_type == "gemma2":
                 cycle = [window, None]
             elif r.get("use_sliding_window") and r.get("max_window_layers", 0) == 0:
-                cycle = [window]
-            elif r.get("use_sliding_window"):
+                cycle = [window]  # layers from max_window_layers on slide: all of them
+            elif r.get("use_sliding_window") and r.get("max_window_layers", 0) < layers:
                 r.refuse("max_window_layers", "full layers, then sliding ones: not a cycle a stack can repeat")
         return None if cycle is None or all(w is None for w in cycle) else cycle
     if model_type in ("mistral", "phi3"):
