@@ -103,7 +103,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def add_operating_point(p: argparse.ArgumentParser) -> None:
-    from .analysis.operating_point import DEFAULTS, HARDWARE
+    from .analysis.operating_point import COUNTS, DEFAULTS, HARDWARE
+    from .packing import STRATEGIES
 
     g = p.add_argument_group("operating point")
     g.add_argument("--seq", type=int, help="tokens a sequence (default: the design's context)")
@@ -111,6 +112,17 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
                    help="train on packed rows of documents of this mean length (default: off, one document a row)")
     g.add_argument("--pack-spread", type=float, metavar="C",
                    help="coefficient of variation of document lengths: 0 fixed, 1 exponential (default 1 with --pack)")
+    g.add_argument("--pack-lengths", metavar="FILE",
+                   help="train on packed rows of documents whose lengths a file holds: a histogram "
+                        "(.json length -> count, .csv length,count) or a list (text, .npy, .parquet)")
+    g.add_argument("--pack-lengths-column", metavar="NAME", help="the Parquet column of lengths (default length)")
+    g.add_argument("--pack-strategy", choices=STRATEGIES, metavar="S",
+                   help="how rows are filled: stream (cut wherever they fall, the default), bfd, ffd "
+                        "(best/first-fit decreasing), split (Ding et al.: split only what exceeds a row), "
+                        "pad (one document a row)")
+    g.add_argument("--count", choices=COUNTS, default="kept",
+                   help="count training attention from the scores the mask keeps (kept, the default) or "
+                        "from the whole blocks a kernel computes (blocks); see docs/packing.md")
     g.add_argument("--hardware", default=DEFAULTS["hardware"], choices=sorted(HARDWARE),
                    help=f"accelerator (default {DEFAULTS['hardware']})")
     g.add_argument("--gpus", type=int, default=DEFAULTS["gpus"], help=f"accelerators (default {DEFAULTS['gpus']:,})")
@@ -125,7 +137,10 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
 def packing_option(args: argparse.Namespace):
     from .packing import packing_of
 
-    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread")
+    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread",
+                      lengths=getattr(args, "pack_lengths", None), strategy=getattr(args, "pack_strategy", None),
+                      lengths_path="--pack-lengths", strategy_path="--pack-strategy",
+                      column=getattr(args, "pack_lengths_column", None))
 
 
 def operating_point(args: argparse.Namespace, design) -> Any:
@@ -135,7 +150,7 @@ def operating_point(args: argparse.Namespace, design) -> Any:
         seq=args.seq if args.seq is not None else design.context,
         packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
         price_per_gpu_hour=args.price, tokens=args.tokens,
-        train_dtype=args.train_dtype, serve_dtype=args.serve_dtype,
+        train_dtype=args.train_dtype, serve_dtype=args.serve_dtype, count=args.count,
     )
 
 

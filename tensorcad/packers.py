@@ -36,6 +36,10 @@ from tensorcad.errors import check_integer
 from tensorcad.packing import MAX_ROWS, MAX_SEQ, MIN_STREAM_DOCUMENTS, Packing, RowBoundaries, Stream
 
 
+BUFFERS = 32
+MAX_DOCUMENTS = 1 << 16
+
+
 @dataclass(frozen=True)
 class Bins:
     """Documents packed into rows: each piece's length, row (bin) and document, in row order.
@@ -157,6 +161,11 @@ def draw_packed(packing: Packing, rows: int, seq: int, seed: int = 0) -> Packed:
                       float(np.minimum(1.0, (length - 1) / seq).mean()),
                       float(len(length)) * seq / float(length.sum()))
     count = max(MIN_STREAM_DOCUMENTS, rows, math.ceil(rows * seq / max(packing.mean, 1.0)))
+    if packing.strategy != "pad":
+        # Padding is what the last rows of each buffer leave empty, so its noise
+        # is that of the buffers packed: at least 32 of them (0.06 points of
+        # padding, one standard deviation, for log-normal c = 3 at 8,192).
+        count = max(count, min(BUFFERS * packing.buffer, MAX_DOCUMENTS))
     while True:
         bins = pack(packing.document_lengths(count, seed), seq, packing.strategy, packing.buffer)
         if bins.rows >= rows:
