@@ -218,6 +218,48 @@ def cmd_editor(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_lengths(args: argparse.Namespace) -> int:
+    from .corpus.histogram import write_histogram
+    from .corpus.reading import count_lengths, plot
+
+    total = 0
+    for file in args.corpus:
+        try:
+            total += Path(file).stat().st_size
+        except OSError as e:
+            raise TensorcadError(file, f"cannot read: {e.strerror}") from None
+    options = dict(field=args.field, separator=args.separator.encode().decode("unicode_escape"),
+                   by=args.by, tokenizer=args.tokenizer)
+    if args.json or not sys.stderr.isatty():
+        lengths, empty = count_lengths(args.corpus, **options)
+    else:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("counting"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                      console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("counting", total=total)
+            lengths, empty = count_lengths(args.corpus, progress=lambda n: bar.advance(task, n), **options)
+    if args.out:
+        write_histogram(lengths, args.out)
+    summary = {"documents": lengths.documents, "tokens": lengths.tokens, "empty": empty,
+               **{k: v for k, v in lengths.summary().items() if k != "documents"},
+               "by": "tokenizer" if args.tokenizer else args.by, "histogram": args.out}
+    if args.json:
+        _emit(summary, argparse.Namespace(json=True))
+        return 0
+    console = _console()
+    console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({summary['by']}), "
+                  f"{empty:,} empty skipped")
+    console.print(f"mean {lengths.mean:,.1f}, spread {lengths.spread:.3f}, p50 {summary['p50']:,}, "
+                  f"p90 {summary['p90']:,}, p99 {summary['p99']:,}, max {summary['max']:,}")
+    if not args.no_plot:
+        sys.stdout.write(plot(lengths) + "\n")
+    if args.out:
+        console.print(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})")
+    return 0
+
+
 def _runtime_command(name: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         from . import runtime_cli
@@ -303,6 +345,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=int, help="tokens a row (default 256, or the design's context if shorter)")
     p.add_argument("--params", type=int, default=2_000_000)
     p.add_argument("--json", action="store_true")
+    p = command("lengths", "Count the document lengths of a corpus and write their histogram.", cmd_lengths,
+                epilog="CORPUS: .jsonl (the text under --field), .parquet (a text column, needs pyarrow), "
+                       "or plain text split by --separator. Streams: memory stays flat.")
+    p.add_argument("corpus", nargs="+", metavar="CORPUS")
+    p.add_argument("--field", default="text", help="the JSONL field or Parquet column of the text (default text)")
+    p.add_argument("--separator", default="\\n\\n",
+                   help="what divides plain-text documents, backslash escapes allowed (default a blank line)")
+    p.add_argument("--by", choices=("bytes", "whitespace"), default="whitespace",
+                   help="count tokens as UTF-8 bytes or whitespace-separated words (default whitespace)")
+    p.add_argument("--tokenizer", metavar="DIR", help="count with a local Hugging Face tokenizer (its tokenizer.json)")
+    p.add_argument("-o", "--out", default="lengths.json", metavar="FILE",
+                   help="where to write the histogram (default lengths.json; '' not to write)")
+    p.add_argument("--no-plot", action="store_true", help="print no plot")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)
     p.add_argument("design", nargs="?", help="a design to open (default: a preset picker)")
     p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
