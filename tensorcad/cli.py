@@ -337,6 +337,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--params", type=int, default=2_000_000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--corpus", metavar="FILE",
+                   help="train on real documents (JSONL, Parquet or text) instead of sorting problems, "
+                        "their boundaries kept; needs a design with a documents input")
+    p.add_argument("--tokenizer", metavar="DIR", help="a local Hugging Face tokenizer (default: UTF-8 bytes)")
+    p.add_argument("--field", default="text", help="the JSONL field or Parquet column of the text (default text)")
+    p.add_argument("--pack-strategy", metavar="S", choices=("stream", "bfd", "ffd", "split", "pad"),
+                   help="how the corpus's documents fill rows (default stream)")
     p.add_argument("--json", action="store_true")
 
     p = command("trace", "Print each op of a forward pass with its shapes and FLOPs beside the analysis.",
