@@ -125,7 +125,7 @@ def test_a_design_error_keeps_the_designs_own_path():
 
 
 def test_check_op_normalises_and_refuses():
-    assert api.check_op({"op": {"packing": {"mean": 512}}})["op"]["packing"] == {"mean": 512.0, "spread": 1.0}
+    assert api.check_op({"op": {"packing": {"mean": 512}}})["op"]["packing"] == {"mean": 512.0, "spread": 1.0, "strategy": "stream"}
     with pytest.raises(TensorcadError) as raised:
         api.check_op({"op": {"packing": {"mean": 0}}})
     assert raised.value.path == "op.packing.mean"
