@@ -161,7 +161,11 @@ def draw_packed(packing: Packing, rows: int, seq: int, seed: int = 0) -> Packed:
                       float(np.minimum(1.0, (length - 1) / seq).mean()),
                       float(len(length)) * seq / float(length.sum()))
     count = max(MIN_STREAM_DOCUMENTS, rows, math.ceil(rows * seq / max(packing.mean, 1.0)))
-    if packing.strategy != "pad":
+    if packing.strategy == "pad":
+        # A row is a document: the rows themselves are the strata, one each,
+        # rather than a sample of rows cut from more strata (the long tail's noise).
+        count = max(MIN_STREAM_DOCUMENTS, rows)
+    else:
         # Padding is what the last rows of each buffer leave empty, so its noise
         # is that of the buffers packed: at least 32 of them (0.06 points of
         # padding, one standard deviation, for log-normal c = 3 at 8,192).

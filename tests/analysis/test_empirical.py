@@ -113,3 +113,23 @@ def test_count_blocks_moves_training_by_exactly_the_block_ratio_of_the_attention
     assert matmul_seconds > 0
     # And the block ratio is the blocks over the kept attention, as the report prints it.
     assert flops["blockRatio"] == pytest.approx(flops["fwdAttentionBlocks"] / flops["fwdAttention"], rel=1e-12)
+
+
+@pytest.mark.parametrize("strategy", ["bfd", "pad"])
+def test_a_windowed_document_mask_over_padded_rows_matches_its_exact_form(strategy):
+    """The sampler's real-token weighting, on a mask that is not the control: a window inside documents.
+
+    Rows begin on a boundary, so a piece of n tokens keeps sum_{p<n} min(p + 1, W) scores;
+    over the table's documents truncated to a row, E[that] / E[n], independent of the sampler.
+    """
+    window, seq = 1024, 8192
+    histogram = Lengths.of(lognormal(1024, 3.0, 200_000, seed=8))
+    design = json.loads(json.dumps(tensorcad.load(DOCS).source, default=dict))
+    design["nodes"][1]["params"]["block"]["params"]["attention"]["window"] = window
+    op = tensorcad.OperatingPoint(seq=seq, packing=Packing(None, None, lengths=histogram, strategy=strategy))
+    keys = tensorcad.analyze(design, op).to_json()["flops"]["packed"]["keysPerQuery"]
+    v, c = (a.astype(np.float64) for a in histogram.arrays)
+    n = np.minimum(v, seq)
+    w = np.minimum(n, window)
+    kept = w * (w + 1) / 2 + (n - w) * window
+    assert keys == pytest.approx(float((c * kept).sum() / (c * n).sum()), rel=0.01)
