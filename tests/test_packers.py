@@ -147,6 +147,28 @@ def test_the_sampler_holds_to_the_exact_boundary_form(strategy):
             assert (documents[r, real:] == documents[r, real]).all() and documents[r, real] > documents[r, real - 1]
 
 
+@pytest.mark.parametrize("strategy", ["bfd", "pad"])
+def test_padded_rows_blocks_are_flex_attentions_own(strategy):
+    """Bin-packed rows, padding a document of its own: the engine's tiles against create_block_mask."""
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    from tensorcad.analysis.tiles import count_row_blocks
+
+    histogram = Lengths.of(lognormal(300, 2.0, 20_000, seed=4))
+    documents, _ = draw(16, 2048, seed=2, packing=Packing(None, None, lengths=histogram, strategy=strategy))
+    rows, seq = documents.shape
+    flat = torch.from_numpy(documents).view(-1)
+
+    def same_document_causal(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (flat[b * seq + q_idx] == flat[b * seq + kv_idx])
+
+    mask = create_block_mask(same_document_causal, B=rows, H=None, Q_LEN=seq, KV_LEN=seq, device="cpu")
+    engine = count_row_blocks(tensorcad.load("llama-3-8b-documents").attentions()[0][0], documents)
+    assert (engine.partial[:, 0] == mask.kv_num_blocks[:, 0].numpy()).all()
+    assert (engine.full[:, 0] == mask.full_kv_num_blocks[:, 0].numpy()).all()
+
+
 def test_strategies_are_the_documented_five():
     assert STRATEGIES == ("stream", "bfd", "ffd", "split", "pad")
 
