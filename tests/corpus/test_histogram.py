@@ -92,3 +92,13 @@ def test_bad_npy_names_the_element(tmp_path):
     assert caught.value.path.endswith("l.npy: element 2")
     with pytest.raises(TensorcadError, match="cannot read"):
         load_lengths(tmp_path / "missing.txt")
+
+
+def test_the_public_api_names_them_without_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys, tensorcad; from tensorcad.corpus.histogram import Lengths, load_lengths; "
+            "assert tensorcad.Lengths is Lengths and tensorcad.load_lengths is load_lengths; "
+            "assert 'torch' not in sys.modules")
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
