@@ -173,12 +173,10 @@ def test_strategies_are_the_documented_five():
     assert STRATEGIES == ("stream", "bfd", "ffd", "split", "pad")
 
 
-trl = pytest.importorskip("trl", reason="TRL is an optional extra (pip install 'tensorcad[trl]')")
-
-
 @pytest.mark.parametrize("ours, theirs", [("bfd", "bfd"), ("split", "bfd_split")])
 def test_trl_packs_the_same_rows(ours, theirs):
     """TRL's pack_dataset on the same documents: the same number of rows, padding and keys a query."""
+    pytest.importorskip("trl", reason="TRL is an optional extra (pip install 'tensorcad[trl]')")
     from datasets import Dataset
     from trl import pack_dataset
 
