@@ -18,9 +18,6 @@ import re
 import sys
 from functools import lru_cache
 
-import numpy as np
-from scipy.special import ndtri
-
 from tensorcad.corpus.histogram import Lengths
 from tensorcad.packing import STRATEGIES, Packing
 
@@ -47,11 +44,7 @@ MOVE_AT = 0.01
 @lru_cache(maxsize=16)
 def lognormal_lengths(mean: float, spread: float, documents: int = DOCUMENTS) -> Lengths:
     """Log-normal lengths of the given mean and coefficient of variation, one per stratum."""
-    sigma = np.sqrt(np.log1p(spread**2))
-    mu = np.log(mean) - sigma**2 / 2
-    strata = (np.arange(documents) + 0.5) / documents
-    values = np.maximum(np.floor(np.exp(mu + sigma * ndtri(strata)) + 0.5), 1).astype(np.int64)
-    return Lengths.of(values, source=f"log-normal mean {mean:g}, c = {spread:g}")
+    return Lengths.lognormal(mean, spread, documents)
 
 
 def _windowed(window: int | None) -> dict | str:

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from tensorcad.design import Design, load
 from tensorcad.errors import TensorcadError, check_integer
-from tensorcad.packing import STRATEGIES, DEFAULT_BUFFER, check_strategy
+from tensorcad.packing import DEFAULT_BUFFER, check_strategy
 
 LEARNING_RATE = 3e-3
 WARMUP = 10
@@ -316,5 +316,3 @@ def gradient_probe(model, tensors: dict[str, torch.Tensor], scored: torch.Tensor
     grad = captured[0].grad[0].abs().amax(dim=-1)  # (T,)
     return float(grad[doc != probe].max()), float(grad[doc == probe].max()), int(len(torch.unique(doc)))
 
-
-__all__ = ["STRATEGIES", "CorpusResult", "pack_corpus", "tokenize", "train_on_corpus", "gradient_probe"]
