@@ -63,9 +63,16 @@ def test_heavy_tailed_lengths_within_two_percent_of_a_brute_force_stream(seq):
     documents = lognormal(1024, 3.0, 200_000, seed=21)
     histogram = Lengths.of(documents)
     assert histogram.spread == pytest.approx(3.0, rel=0.15)  # a draw of a c = 3 log-normal
-    keys = packed(Packing(None, None, lengths=histogram), seq)["flops"]["packed"]["keysPerQuery"]
-    brute = brute_force_stream(np.random.default_rng(22).permutation(documents), seq)
+    report = packed(Packing(None, None, lengths=histogram), seq)["flops"]["packed"]
+    keys = report["keysPerQuery"]
+    stream = np.random.default_rng(22).permutation(documents)
+    brute = brute_force_stream(stream, seq)
     assert keys == pytest.approx(brute, rel=0.02)
+    # Documents a row's edge falls inside, counted on the same stream.
+    ends = np.cumsum(stream)
+    starts = ends - stream
+    crossed = (starts // seq) != ((ends - 1) // seq)
+    assert report["packing"]["split"] == pytest.approx(crossed.mean(), rel=0.03)
     assert keys == pytest.approx(cf.empirical_edge_corrected(seq, histogram), rel=0.01)
 
 
