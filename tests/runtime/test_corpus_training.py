@@ -102,3 +102,16 @@ def test_the_probe_sees_a_model_that_lets_documents_mix(corpus):
     tensors = {"ids": torch.from_numpy(packed.ids[:8]), "documents": torch.from_numpy(packed.documents[:8])}
     cross, own, _ = gradient_probe(Blind(), tensors, torch.from_numpy(packed.scored[:8]))
     assert cross > 0 and own > 0
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["smoke-train", "nano-sort", "--tokenizer", "somewhere"], "--corpus: --tokenizer and --pack-strategy need"),
+    (["smoke-train", "gpt2-small", "--corpus", "CORPUS"], "has no documents input"),
+    (["smoke-train", "nano-sort", "--corpus", "CORPUS", "--tokenizer", "/nonexistent"], "no tokenizer.json"),
+])
+def test_the_command_refuses_in_one_line(corpus, capsys, argv, text):
+    from tensorcad.cli import main
+
+    code = main([str(corpus) if a == "CORPUS" else a for a in argv])
+    err = capsys.readouterr().err
+    assert code == 2 and text in err and err.count("\n") == 1
