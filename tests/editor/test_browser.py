@@ -202,3 +202,20 @@ def test_a_malformed_design_shows_the_error_and_keeps_the_text(page):
     assert "is not valid JSON" in page.inner_text("#design-error")
     assert page.input_value("#design") == not_json
     assert page.locator("#readout").get_attribute("class").split().count("stale") == 1
+
+
+def test_choosing_a_strategy_shows_padding_and_the_apis_figures(page):
+    _pick(page, DOCS)
+    page.check("#pack")
+    page.fill("#docs", "1024")
+    page.fill("#spread", "3")
+    page.select_option("#strategy", "bfd")
+    page.wait_for_selector("td.value[data-field='flops.packed.packing.padding']")
+    _settle(page)
+    op = {"seq": 8192, "packing": {"mean": 1024, "spread": 3, "strategy": "bfd"}}
+    expected = api.analyze({"design": DOCS, "op": op})["report"]
+    packed = expected["flops"]["packed"]
+    assert _value(page, "flops.packed.packing.padding") == pytest.approx(packed["packing"]["padding"])
+    assert _value(page, "flops.packed.trainPerToken") == packed["trainPerToken"]
+    assert _value(page, "training.cost") == expected["training"]["cost"]
+    assert "bfd: figures per real token" in page.inner_text("tr[data-field='flops.packed.packing.padding']")
