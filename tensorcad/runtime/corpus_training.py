@@ -260,8 +260,6 @@ def train_on_corpus(design: Design | str, corpus: str | Path, *, tokenizer: str 
     model.train()
     losses = []
     for step in range(steps):
-        if progress is not None:
-            progress("training", step, steps)
         pick = torch.from_numpy(rng.choice(len(packed.ids), size=rows, replace=len(packed.ids) < rows))
         batch = {k: v[pick] for k, v in tensors.items()}
         batch["targets"] = batch["ids"]
@@ -271,7 +269,9 @@ def train_on_corpus(design: Design | str, corpus: str | Path, *, tokenizer: str 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
+        if progress is not None:
+            progress("training", step + 1, steps, f"loss {losses[-1]:.3f}")
     model.eval()
     cross, own, count = gradient_probe(model, tensors, scored_all)
     real = packed.real.mean()

@@ -219,3 +219,23 @@ def test_choosing_a_strategy_shows_padding_and_the_apis_figures(page):
     assert _value(page, "flops.packed.trainPerToken") == packed["trainPerToken"]
     assert _value(page, "training.cost") == expected["training"]["cost"]
     assert "bfd: figures per real token" in page.inner_text("tr[data-field='flops.packed.packing.padding']")
+
+
+def test_a_design_opened_from_the_command_line_starts_at_its_own_context(browser):
+    # nano-sort holds 256 positions: the editor must not open it at a preset's 8,192.
+    httpd, address = make_server(design="nano-sort")
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(address)
+        _ready(page)
+        assert page.input_value("#seq") == "256"
+        assert _value(page, "flops.keysPerQuery") == api.analyze({"design": "nano-sort", "op": {"seq": 256}})[
+            "report"]["flops"]["keysPerQuery"]
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()
