@@ -21,6 +21,8 @@ _LAZY = {
     "OperatingPoint": ("tensorcad.analysis.operating_point", "OperatingPoint"),
     "Packing": ("tensorcad.packing", "Packing"),
     "ContextParallel": ("tensorcad.analysis.context_parallel", "ContextParallel"),
+    "Lengths": ("tensorcad.corpus.histogram", "Lengths"),
+    "load_lengths": ("tensorcad.corpus.histogram", "load_lengths"),
     "check": ("tensorcad.rules", "check"),
     "Diagnostic": ("tensorcad.rules", "Diagnostic"),
     "generate": ("tensorcad.codegen", "generate"),
