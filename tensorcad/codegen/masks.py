@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..design import expr as E
+from ..design.masks import is_same_document
 from ..design.model import Attention
 from . import layout
 from .names import Namer, comment_text
@@ -35,19 +36,6 @@ class Function:
         return f"{self.factory}({', '.join(ports[p] for p in self.reads)})"
 
 
-def _is_same_document(expr: E.Expr, roles: dict[str, str | None]) -> bool:
-    if not (isinstance(expr, E.Compare) and expr.op == "=="):
-        return False
-    sides = (expr.left, expr.right)
-    if not all(isinstance(s, E.Read) and not s.table for s in sides):
-        return False
-    left, right = sides
-    if left.port != right.port or roles.get(left.port) != "documents":
-        return False
-    pairs = {tuple(getattr(i, "name", None) for i in s.index) for s in sides}
-    return pairs == {("b", "q"), ("b", "kv")}
-
-
 def _mask_name(attention: Attention, roles: dict[str, str | None], owner: str) -> str:
     parts = []
     if attention.window is not None:
@@ -55,7 +43,7 @@ def _mask_name(attention: Attention, roles: dict[str, str | None], owner: str) -
     elif attention.causal:
         parts.append("causal")
     if attention.mask is not None:
-        if _is_same_document(attention.mask, roles):
+        if is_same_document(attention.mask, roles):
             parts.append("same_document")
         else:
             return f"keeps_{owner}"
