@@ -1,7 +1,8 @@
 """Design files as pytest items: `pytest --tensorcad designs/` certifies every design under it.
 
-Each design file becomes the items of `harness.checks` (`rules`,
-`isolation[eager]`, ..., `export`), ids like `designs/my-model.json::isolation[flex]`,
+Each design file becomes the items of the runtime's registry
+(`tensorcad.runtime.certification.CERTIFY`: `rules`, `isolation[eager]`, ...,
+`export`), ids like `designs/my-model.json::isolation[flex]`,
 each carrying its category marker so `-m isolation` selects what gates CI.
 Items are `pytest.Function`s whose function is the check, so they get
 fixtures like any test: the golden items compare through syrupy's `snapshot`
@@ -17,9 +18,9 @@ import pytest
 
 from tensorcad.errors import TensorcadError
 
-from . import checks
-from .fixtures import Settings
-from .options import CHECKS, COLLECT_DEST, DESIGN_SUFFIXES, INI_DESIGNS, settings_from_options
+from tensorcad.runtime.settings import Settings
+
+from .options import COLLECT_DEST, DESIGN_SUFFIXES, INI_DESIGNS, settings_from_options
 
 
 def design_roots(config: pytest.Config) -> list[Path]:
@@ -76,10 +77,12 @@ class DesignFile(pytest.File):
         except TensorcadError as error:
             raise self.CollectError(f"{self.path.name}: {error}") from None
         self.design = design
-        for name, category in CHECKS:
+        from tensorcad.runtime.certification import CERTIFY, REGISTRY
+
+        for name in CERTIFY:
             item = DesignCheck.from_parent(self, name=name, callobj=_function(name))
-            if category is not None:
-                item.add_marker(category)
+            if REGISTRY[name].category is not None:
+                item.add_marker(REGISTRY[name].category)
             item.add_marker("tensorcad")
             yield item
 
@@ -99,20 +102,32 @@ def _function(name: str):
 
 
 def run_item(item: DesignCheck, snapshot: Any) -> None:
+    from tensorcad.runtime.certification import run_check
+    from tensorcad.runtime.subject import Subject
+
     from .snapshot import assert_golden
 
-    config = item.config
-    root = config.rootpath
+    root = item.config.rootpath
 
     def golden(kind: str, name: str, data: Any) -> None:
         assert_golden(snapshot, root, kind, name, data)
 
-    ctx = checks.Context(item.parent.design, base_settings(config), root, golden)
-    try:
-        item.outcome_message = checks.CHECKS[item.name](ctx)
-    except checks.Skipped as skip:
+    subject = Subject(item.parent.design, base_settings(item.config), golden=golden)
+    if item.name.startswith("golden"):
+        # syrupy's own assertion, so its diff (and --snapshot-update) reach the report
+        from tensorcad.runtime.goldens import golden_data
+
+        kind = item.name[len("golden["):-1]
+        golden(kind, subject.design.name, golden_data(kind, subject.design, None if kind == "codegen" else subject.op))
+        item.outcome_message = f"{kind} matches its golden"
+        return
+    result = run_check(subject, item.name)
+    item.outcome_message = result.message
+    if result.skipped:
         # Reported at the design's item, not at this line (as a skip marker would be).
-        raise pytest.skip.Exception(str(skip), _use_item_location=True) from None
+        raise pytest.skip.Exception(result.message, _use_item_location=True)
+    if not result.passed:
+        raise AssertionError(result.message)
 
 
 class DesignCheck(pytest.Function):

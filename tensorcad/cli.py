@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .cli_options import add_certify_options, console, packing_option
 from .errors import TensorcadError
 
 EXIT_FAILED = 1
@@ -41,10 +42,7 @@ def _emit(data: Any, args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True)
+_console = console  # one console for every command (cli_options)
 
 
 # -- commands --------------------------------------------------------------------
@@ -120,12 +118,6 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokens", type=float, help="training tokens (default: Chinchilla's 20 per parameter)")
     g.add_argument("--train-dtype", default=DEFAULTS["train_dtype"], help=f"training dtype (default {DEFAULTS['train_dtype']})")
     g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
-
-
-def packing_option(args: argparse.Namespace):
-    from .packing import packing_of
-
-    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread")
 
 
 def operating_point(args: argparse.Namespace, design) -> Any:
@@ -212,6 +204,17 @@ def _runtime_command(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _checks_epilog(command: str) -> str:
+    """What each check of the command holds the design to: the runtime's registry, read lazily."""
+    from .runtime.certification import CERTIFY, GOLDENS, REGISTRY, VERIFY  # no torch at import
+
+    names = VERIFY if command == "verify" else tuple(n for n in CERTIFY if n not in GOLDENS)
+    lines = ["checks, in order:"] + [f"  {n:<19} {REGISTRY[n].holds}" for n in names]
+    if command == "certify":
+        lines.append("  goldens (golden[analysis|rules|codegen]) run under pytest --tensorcad only")
+    return "\n".join(lines)
+
+
 # -- the parser ------------------------------------------------------------------
 
 
@@ -258,21 +261,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scale", type=int, metavar="PARAMS", help="shrink to about PARAMS parameters first")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
-    p = command("verify", "Build the scaled model and prove it: forward, FLOPs, export, isolation, blocks.",
-                _runtime_command("verify"))
+    p = command("verify", "Build the scaled model and prove it: certify's checks (less goldens) plus "
+                "forward, FLOPs, fused-equals-eager and kept scores.", _runtime_command("verify"),
+                epilog=_checks_epilog("verify"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("design")
-    p.add_argument("--seq", type=int, help="tokens a row (default 512, or the scaled design's context if shorter)")
-    p.add_argument("--pack", type=float, metavar="MEAN", help="mean document length (default: a quarter of the row)")
-    p.add_argument("--pack-spread", type=float, metavar="C", help="document length spread (default 1)")
-    p.add_argument("--params", type=int, default=2_000_000, help="scale to about this many parameters (default 2,000,000)")
-    p.add_argument("--seed", type=int, default=0)
+    add_certify_options(p)
     p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
 
-    p = command("certify", "Run the harness's checks on designs without pytest; exit 1 on a failure.",
-                _runtime_command("certify"))
+    p = command("certify", "Run the checks `pytest --tensorcad` runs on designs, without pytest; exit 1 "
+                "on a failure.", _runtime_command("certify"), epilog=_checks_epilog("certify"),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("designs", nargs="+", metavar="DESIGN")
-    p.add_argument("--seq", type=int, help="tokens a row (default 512, or the design's context if shorter)")
-    p.add_argument("--json", action="store_true")
+    add_certify_options(p)
+    p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
 
     p = command("smoke-train", "Train the scaled model a few hundred steps and report a falling loss.",
                 _runtime_command("smoke_train"))

@@ -1,0 +1,62 @@
+"""What `cli` and `runtime_cli` share: the console, and the options the certifiers take.
+
+Its own module so that `cli` (the parser) and `runtime_cli` (the runtime's
+commands) each import it, and never each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True)
+
+
+def packing_option(args: argparse.Namespace):
+    """The Packing --pack and --pack-spread say (None when packing is off)."""
+    from .packing import packing_of
+
+    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread")
+
+
+def add_certify_options(p: argparse.ArgumentParser) -> None:
+    """--seq/--pack/--pack-spread/--params/--seed: what `verify` and `certify` run at.
+
+    The defaults are the runtime's one set (`tensorcad.runtime.settings.DEFAULTS`),
+    the ones the pytest plugin uses too.
+    """
+    from .runtime.settings import DEFAULTS  # no torch
+
+    p.add_argument("--seq", type=int, help=f"tokens a row (default {DEFAULTS['seq']}, or the scaled "
+                                           "design's context if shorter)")
+    p.add_argument("--pack", type=float, metavar="MEAN",
+                   help=f"mean packed document length (default {DEFAULTS['pack']:g})")
+    p.add_argument("--pack-spread", type=float, metavar="C",
+                   help=f"document length spread: 0 fixed, 1 exponential (default {DEFAULTS['spread']:g})")
+    p.add_argument("--params", type=int, default=DEFAULTS["params"],
+                   help=f"scale to about this many parameters (default {DEFAULTS['params']:,})")
+    p.add_argument("--seed", type=int, default=DEFAULTS["seed"],
+                   help=f"seed of weights, ids, packing and perturbations (default {DEFAULTS['seed']})")
+
+
+def settings_option(args: argparse.Namespace):
+    """The runtime Settings the certify options give (unset ones: the runtime's defaults)."""
+    from .errors import TensorcadError
+    from .runtime.settings import DEFAULTS, Settings
+
+    for name in ("params", "seed"):
+        value = getattr(args, name)
+        if value is None or value < (1 if name == "params" else 0):
+            raise TensorcadError(f"--{name}", f"expected an integer >= {1 if name == 'params' else 0}, got {value!r}")
+    if args.pack is None and args.pack_spread is None:
+        pack, spread = DEFAULTS["pack"], DEFAULTS["spread"]
+    else:
+        packing = packing_option(args)  # a spread alone is refused, naming --pack-spread
+        pack, spread = packing.mean, packing.spread
+    try:
+        return Settings(seq=args.seq, pack=pack, spread=spread, params=args.params, seed=args.seed)
+    except TensorcadError as error:
+        raise TensorcadError("--" + error.path.removeprefix("tensorcad."), error.message) from None
