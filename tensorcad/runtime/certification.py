@@ -109,19 +109,18 @@ def _rules(s: Subject) -> Check:
     return passed("rules", f"no errors ({counts['warn']} warn, {counts['note']} note): {named}", figures)
 
 
-def _needs_packed_documents(s: Subject, what: str) -> None:
+def _needs_packed_documents(s: Subject) -> None:
     if s.design.input("documents") is None:
-        raise Skipped(f"{s.design.name} has no documents input: its attention reads across whatever is "
-                      f"packed into a row, so there are no {what} to check")
+        raise Skipped(f"{s.design.name} has no documents input: no packed documents to check")
     if s.settings.pack is None:
-        raise Skipped(f"packing is off (pack=None): one document a row, no {what}")
+        raise Skipped("packing is off (pack=None): one document a row, nothing to isolate")
 
 
 def _isolation(s: Subject, form: str) -> Check:
     from .isolation import check_isolation
 
     name = f"isolation[{form}]"
-    _needs_packed_documents(s, "packed documents")
+    _needs_packed_documents(s)
     model = s.model(form)
     ids, documents, positions = s.batch
     try:
@@ -129,7 +128,9 @@ def _isolation(s: Subject, form: str) -> Check:
                                  sample=s.settings.sample, seed=s.settings.seed)
     finally:
         model.form = "flex"
-    return Check(name, PASSED if result.passed else FAILED, result.message(), result.to_json())
+    if not result.passed:
+        return failed(name, f"documents are not isolated\n{result.message()}", result.to_json())
+    return passed(name, result.message(), result.to_json())
 
 
 def _closed_form(s: Subject) -> Check:
