@@ -155,7 +155,12 @@ def _compared_masks(s: Subject, name: str) -> list[tuple[Any, Any]]:
         raise Skipped("the design has no attention")
     if all(a.keep is None for a in attentions):
         raise Skipped("every attention keeps every score: there is no mask to count")
-    masks = model_masks(s.model("flex").module, s.mask_inputs)
+    try:
+        masks = model_masks(s.model("flex").module, s.mask_inputs)
+    except TensorcadError as error:
+        if error.path != "model":
+            raise
+        raise AssertionError(error.message) from None  # the model breaks its own contract: it fails
     by_path = {a.path: a for a in attentions}
     pairs, covered = [], set()
     for mask in masks:
