@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..design.masks import BLOCK
 from ..errors import TensorcadError
 from ..packing import Packing
 
@@ -60,7 +61,7 @@ class OperatingPoint:
     train_dtype: str = DEFAULTS["train_dtype"]
     serve_dtype: str = DEFAULTS["serve_dtype"]
     seed: int = 0
-    block: int = 128
+    block: int = BLOCK  # FlexAttention's default (design.masks)
 
     def __post_init__(self) -> None:
         if isinstance(self.seq, bool) or not isinstance(self.seq, int):
