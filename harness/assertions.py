@@ -13,6 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from tensorcad.runtime.closed_form_check import (  # noqa: F401 - the public closed-form names
+    EXACT_REL,
+    GAMMA_REL,
+    NoClosedForm,
+    NotApplicable,
+    assert_closed_form,
+    closed_form_keys,
+    engine_keys_per_query,
+    expected_keys_per_query,
+)
 
 
 # --- isolation --------------------------------------------------------------------------
@@ -85,18 +95,8 @@ def assert_isolated(
     return results
 
 
-# --- keys per query against a closed form, and block counts: the runtime's checks -----------------
+# --- block counts against create_block_mask: the runtime's check, worded -----------------------
 
-from tensorcad.runtime.closed_form_check import (  # noqa: E402 - after the isolation assertion they sit beside
-    EXACT_REL,
-    GAMMA_REL,
-    NoClosedForm,
-    NotApplicable,
-    assert_closed_form,
-    closed_form_keys,
-    engine_keys_per_query,
-    expected_keys_per_query,
-)
 
 
 def describe_blocks(result: Any) -> str:

@@ -15,7 +15,6 @@ import warnings
 from typing import Any
 
 from .cli_options import console as _console, settings_option
-from .errors import TensorcadError
 
 EXIT_FAILED = 1
 

@@ -10,9 +10,8 @@ import json
 from dataclasses import dataclass
 
 from ..design import load
-from ..design.expr import reads
 from ..design.masks import reads_documents  # noqa: F401 - asked of the report by name (editor, older callers)
-from ..design.model import Attention, Design
+from ..design.model import Design
 from ..packing import Packing
 from .attention import keys_per_query
 from .blocks import block_counts

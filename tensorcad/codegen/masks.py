@@ -149,8 +149,10 @@ def mask_table(uses: dict[str, tuple[Function, list[str]]]) -> str:
         "# one anew over other rows: the mask_mod (a mask of positions only) or the",
         "# factory that makes it from the forward's inputs named in `reads`, and the",
         "# design's attentions that run it.",
-        "MASKS = {",
     ]
+    if not uses:
+        return "\n".join(lines + ["MASKS = {}"]) + "\n"
+    lines.append("MASKS = {")
     for name, (fn, paths) in uses.items():
         for path in paths:
             if not _SAFE_PATH.fullmatch(path):

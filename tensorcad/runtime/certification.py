@@ -141,7 +141,7 @@ def _closed_form(s: Subject) -> Check:
                   {"engine": got, "closedForm": expected})
 
 
-def _compared_masks(s: Subject, name: str) -> list[tuple[Any, Any]]:
+def _compared_masks(s: Subject) -> list[tuple[Any, Any]]:
     """(attention, ModelMask) for every distinct mask of the model, each with the attention it belongs to.
 
     Every attention of the design that keeps less than every score must be run
@@ -185,7 +185,7 @@ def block_agreements(s: Subject) -> list[tuple[Any, Any, Any]]:
     if s.settings.seq % BLOCK:
         raise Skipped(f"seq {s.settings.seq} is not a whole number of {BLOCK}-token blocks")
     out = []
-    for attention, mask in _compared_masks(s, "block-counts"):
+    for attention, mask in _compared_masks(s):
         packing = s.packing if reads_documents(attention) else None
         out.append((attention, mask, compare_blocks(attention, mask.make, s.settings.seq, packing,
                                                     seed=s.settings.seed, rows=s.settings.block_rows)))
@@ -316,7 +316,7 @@ def _kept(s: Subject) -> Check:
     from .blockmask import compare_kept
 
     figures, lines, failures = {}, [], []
-    for attention, mask in _compared_masks(s, "kept-scores"):
+    for attention, mask in _compared_masks(s):
         packing = s.packing if reads_documents(attention) else None
         k = compare_kept(attention, mask.make, s.settings.seq, packing, seed=s.settings.seed,
                          rows=s.settings.block_rows)

@@ -108,12 +108,5 @@ class Settings:
         settings = self.for_design(design)
         return OperatingPoint(seq=settings.seq, packing=settings.packing, seed=settings.seed)
 
-    def describe(self) -> str:
-        """One line: the operating point and scale, as certify and verify print them."""
-        pack = "packing off" if self.pack is None else f"documents averaging {self.pack:g} (spread {self.spread:g})"
-        seq = "512 tokens or the context" if self.seq is None else f"{self.seq} tokens"
-        return (f"{self.rows} rows of {seq}, {pack}, scaled to about {self.params:,} parameters, "
-                f"seed {self.seed}")
-
     def to_json(self) -> dict:
         return {f.name: getattr(self, f.name) for f in fields(self)}

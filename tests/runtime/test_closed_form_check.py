@@ -36,11 +36,11 @@ def test_a_document_mask_over_one_document_a_row_keeps_what_causality_keeps():
     assert check.brute_force_keys(attention, 100) == closed_form.causal(100) == 50.5
 
 
-def test_a_formula_and_its_copy_wrong_alike_are_caught(monkeypatch):
-    # The engine's exact count restates the closed forms; break both the same way and
-    # the comparison between them still passes: only counting every score catches it.
+def test_a_wrong_formula_the_engine_shares_is_caught(monkeypatch):
+    # The engine counts unpacked attention by the closed forms themselves: break one and
+    # engine and closed form still agree with each other; only counting every score catches it.
     monkeypatch.setattr(closed_form, "causal", lambda seq: seq / 2)
-    monkeypatch.setattr(engine, "_exact_positional", lambda attention, seq: seq / 2)
+    assert engine.keys_per_query(next(iter(tensorcad.load("gpt2-small").attentions()))[0], 4096).mean == 2048
     with pytest.raises(AssertionError, match=r"at seq 256, counting every score keeps 128.5 keys a query; "
                                              r"the closed form causal\(seq=256\) gives 128 and the engine 128"):
         check.assert_closed_form("gpt2-small", OperatingPoint(seq=4096))
