@@ -15,6 +15,7 @@ import warnings
 from typing import Any
 
 from .cli_options import console as _console, settings_option
+from .errors import TensorcadError
 
 EXIT_FAILED = 1
 
@@ -113,8 +114,10 @@ def certify(args: argparse.Namespace) -> int:
     settings = settings_option(args)
     subjects = [Subject(design, settings) for design in designs]
     for subject in subjects:  # bad input is one line and exit 2, not a table of failures
-        if args.seq is not None:
-            subject.check_seq()
+        context = subject.small.context
+        if args.seq is not None and not 1 <= args.seq <= context:
+            raise TensorcadError("--seq", f"{args.seq} is outside 1..{context:,}, the positions "
+                                          f"{subject.design.name} holds once scaled")
     results = []
     for subject in subjects:
         with warnings.catch_warnings():
