@@ -102,7 +102,14 @@ def _function(name: str):
 
 
 def run_item(item: DesignCheck, snapshot: Any) -> None:
-    from tensorcad.runtime.certification import run_check
+    """The registry's check of this item's name, on the design at the command line's settings.
+
+    A failed check fails the item with its message; a skip skips it with the reason; a
+    golden's difference is syrupy's own assertion (its diff, and --snapshot-update); a
+    crash is an error with its traceback.
+    """
+    from tensorcad.runtime.certification import REGISTRY, Skipped
+    from tensorcad.runtime.closed_form_check import NotApplicable
     from tensorcad.runtime.subject import Subject
 
     from .snapshot import assert_golden
@@ -113,19 +120,15 @@ def run_item(item: DesignCheck, snapshot: Any) -> None:
         assert_golden(snapshot, root, kind, name, data)
 
     subject = Subject(item.parent.design, base_settings(item.config), golden=golden)
-    if item.name.startswith("golden"):
-        # syrupy's own assertion, so its diff (and --snapshot-update) reach the report
-        from tensorcad.runtime.goldens import golden_data
-
-        kind = item.name[len("golden["):-1]
-        golden(kind, subject.design.name, golden_data(kind, subject.design, None if kind == "codegen" else subject.op))
-        item.outcome_message = f"{kind} matches its golden"
-        return
-    result = run_check(subject, item.name)
-    item.outcome_message = result.message
-    if result.skipped:
+    try:
+        result = REGISTRY[item.name].run(subject)
+    except (Skipped, NotApplicable) as skip:
+        result = None
+        reason = str(skip)
+    if result is None or result.skipped:
         # Reported at the design's item, not at this line (as a skip marker would be).
-        raise pytest.skip.Exception(result.message, _use_item_location=True)
+        raise pytest.skip.Exception(reason if result is None else result.message, _use_item_location=True)
+    item.outcome_message = result.message
     if not result.passed:
         raise AssertionError(result.message)
 
