@@ -7,12 +7,40 @@ commands) each import it, and never each other.
 from __future__ import annotations
 
 import argparse
+import math
+import re
+import sys
+
+PIPED_WIDTH = 200  # piped output is read by people too: wide enough that no number or op name is cut
 
 
 def console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+
+
+_NUMBER = re.compile(r"[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?", re.ASCII)
+
+
+def integer(text: str) -> int:
+    """An integer option: 2000000, 2_000_000 and 2e6 alike; ASCII digits only (not '٣')."""
+    if not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    value = float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(value)
+
+
+def real(text: str) -> float:
+    """A number option: 0.5, 1e-3, 15e12; ASCII digits only, finite."""
+    if not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def packing_option(args: argparse.Namespace):
@@ -30,15 +58,15 @@ def add_certify_options(p: argparse.ArgumentParser) -> None:
     """
     from .runtime.settings import DEFAULTS  # no torch
 
-    p.add_argument("--seq", type=int, help=f"tokens a row (default {DEFAULTS['seq']}, or the scaled "
+    p.add_argument("--seq", type=integer, help=f"tokens a row (default {DEFAULTS['seq']}, or the scaled "
                                            "design's context if shorter)")
-    p.add_argument("--pack", type=float, metavar="MEAN",
+    p.add_argument("--pack", type=real, metavar="MEAN",
                    help=f"mean packed document length (default {DEFAULTS['pack']:g})")
-    p.add_argument("--pack-spread", type=float, metavar="C",
+    p.add_argument("--pack-spread", type=real, metavar="C",
                    help=f"document length spread: 0 fixed, 1 exponential (default {DEFAULTS['spread']:g})")
-    p.add_argument("--params", type=int, default=DEFAULTS["params"],
+    p.add_argument("--params", type=integer, default=DEFAULTS["params"],
                    help=f"scale to about this many parameters (default {DEFAULTS['params']:,})")
-    p.add_argument("--seed", type=int, default=DEFAULTS["seed"],
+    p.add_argument("--seed", type=integer, default=DEFAULTS["seed"],
                    help=f"seed of weights, ids, packing and perturbations (default {DEFAULTS['seed']})")
 
 
