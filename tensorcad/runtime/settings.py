@@ -58,6 +58,8 @@ class Settings:
         for name in ("seq", "sample"):
             if getattr(self, name) is not None:
                 integer(name, 1)
+        if not self.seed < 2**63:  # torch.manual_seed's range
+            raise TensorcadError("tensorcad.seed", f"expected an integer in 0..2**63 - 1, got {self.seed!r}")
         if not self.rows <= 64:
             raise TensorcadError("tensorcad.rows", f"expected an integer in 1..64, got {self.rows!r}")
         from tensorcad.packing import check_mean, check_spread
