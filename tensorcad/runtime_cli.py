@@ -110,7 +110,7 @@ def _print_failures(console, checks) -> None:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.verification import CHECKS, verify as run_verify
 
     design = load(args.design)
@@ -136,7 +136,7 @@ def verify(args: argparse.Namespace) -> int:
 
 def certify(args: argparse.Namespace) -> int:
     """The checks `pytest --tensorcad` runs (the runtime's registry), without pytest."""
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.certification import CERTIFY, GOLDENS, run_checks
     from .runtime.subject import Subject
 
@@ -185,7 +185,7 @@ def _prefixed(name: str, progress):
 
 
 def smoke_train(args: argparse.Namespace) -> int:
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.training import smoke_train as run_training
 
     design = load(args.design)
@@ -205,7 +205,7 @@ def smoke_train(args: argparse.Namespace) -> int:
 
 
 def trace(args: argparse.Namespace) -> int:
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.tracing import render, trace as run_trace
 
     design = load(args.design)
