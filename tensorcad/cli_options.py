@@ -44,10 +44,14 @@ def real(text: str) -> float:
 
 
 def packing_option(args: argparse.Namespace):
-    """The Packing --pack and --pack-spread say (None when packing is off)."""
+    """The Packing --pack, --pack-spread (and, where a command has them, --pack-lengths and
+    --pack-strategy) say; None when packing is off."""
     from .packing import packing_of
 
-    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread")
+    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread",
+                      lengths=getattr(args, "pack_lengths", None), strategy=getattr(args, "pack_strategy", None),
+                      lengths_path="--pack-lengths", strategy_path="--pack-strategy",
+                      column=getattr(args, "pack_lengths_column", None))
 
 
 def add_certify_options(p: argparse.ArgumentParser) -> None:
