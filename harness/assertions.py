@@ -1,32 +1,28 @@
 """The plain assertion functions: usable from any test runner, no pytest needed.
 
 Each raises ``AssertionError`` with a message that says what disagreed and by
-how much. The work is done by the pieces that own it: isolation by
-``tensorcad.runtime.isolation``, block-mask agreement by
-``tensorcad.runtime.blockmask``, keys per query by the analysis; this module
-chooses the right oracle and words the failure. torch is imported only when
+how much. The work is done by the runtime that owns it: isolation by
+``tensorcad.runtime.isolation``, block-mask agreement by the registry's
+``block_agreements``, keys per query by ``runtime.closed_form_check``; this
+module words the failure. torch is imported only when
 an isolation or block-count check runs.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from tensorcad.design.expr.nodes import Compare, Read, Var
-from tensorcad.design.model import Attention, Design
-from tensorcad.errors import TensorcadError
-
-
-class NotApplicable(TensorcadError):
-    """The check has nothing to hold the design to (a certifier reports it as a skip)."""
-
-
-class NoClosedForm(NotApplicable):
-    """The design keeps scores no closed form in ``tensorcad.closed_form`` describes."""
+from tensorcad.runtime.closed_form_check import (  # noqa: F401 - the public closed-form names
+    EXACT_REL,
+    GAMMA_REL,
+    NoClosedForm,
+    NotApplicable,
+    assert_closed_form,
+    closed_form_keys,
+    engine_keys_per_query,
+    expected_keys_per_query,
+)
 
 
 # --- isolation --------------------------------------------------------------------------
@@ -99,109 +95,8 @@ def assert_isolated(
     return results
 
 
-# --- keys per query against a closed form -----------------------------------------------
+# --- block counts against create_block_mask: the runtime's check, worded -----------------------
 
-
-def _is_document_equality(attention: Attention) -> bool:
-    """Whether the design's mask is exactly ``doc(b, q) == doc(b, kv)`` over a documents input."""
-    mask = attention.mask
-    if not isinstance(mask, Compare) or mask.op != "==":
-        return False
-    sides = (mask.left, mask.right)
-    if not all(isinstance(s, Read) and not s.table and len(s.index) == 2 for s in sides):
-        return False
-    if sides[0].port != sides[1].port:
-        return False
-    wire = attention.tensors.get(sides[0].port)
-    if wire is None or wire.role != "documents":
-        return False
-    indices = {tuple(i.name if isinstance(i, Var) else None for i in s.index) for s in sides}
-    return indices == {("b", "q"), ("b", "kv")}
-
-
-def closed_form_keys(attention: Attention, seq: int, packing: Any) -> tuple[float, str]:
-    """The exact keys a query keeps for one attention, and the closed form that gave it."""
-    from tensorcad import closed_form as cf
-    from tensorcad.analysis.report import reads_documents
-
-    packed = packing is not None and reads_documents(attention)
-    if attention.mask is not None and not _is_document_equality(attention):
-        raise NoClosedForm(attention.path, "the mask is not doc(b, q) == doc(b, kv); no closed form applies")
-    if not packed:
-        # One document a row: the document mask keeps everything causality and the window keep.
-        if attention.window is not None:
-            w = min(attention.window, seq)
-            return cf.window(seq, w, attention.causal), f"window(seq={seq}, w={w}, causal={attention.causal})"
-        if attention.causal:
-            return cf.causal(seq), f"causal(seq={seq})"
-        return cf.full(seq), f"full(seq={seq})"
-    if not attention.causal or attention.window is not None:
-        raise NoClosedForm(attention.path, "packed documents with a window or without causality have no closed form")
-    if packing.spread == 0:
-        # The packing draws whole-token lengths, the mean rounded half up (packing.document_lengths).
-        length = max(1, math.floor(packing.mean + 0.5))
-        return cf.fixed_phase_average(seq, length), f"fixed_phase_average(seq={seq}, length={length})"
-    return (cf.edge_corrected(seq, packing.mean, packing.spread),
-            f"edge_corrected(seq={seq}, mean={packing.mean:g}, spread={packing.spread:g})")
-
-
-def expected_keys_per_query(design: Design, op: Any) -> tuple[float, list[str]]:
-    """The closed-form keysPerQuery of the whole design: attentions weighted as the report weights them."""
-    total = weight = 0.0
-    names = []
-    for attention, layers in design.attentions():
-        keys, name = closed_form_keys(attention, op.seq, op.packing)
-        w = layers * attention.heads * attention.head_dim  # attention FLOPs are linear in keys x this
-        total += w * keys
-        weight += w
-        if name not in names:
-            names.append(name)
-    if not weight:
-        raise NoClosedForm("nodes", "the design has no attention")
-    return total / weight, names
-
-
-def engine_keys_per_query(design: Design, op: Any) -> tuple[float, str]:
-    """The engine's keysPerQuery: packed when packing is on and a mask reads documents."""
-    from tensorcad.analysis.report import analyze
-
-    flops = analyze(design, op).to_json()["flops"]
-    if "packed" in flops:
-        return flops["packed"]["keysPerQuery"], "flops.packed.keysPerQuery"
-    return flops["keysPerQuery"], "flops.keysPerQuery"
-
-
-EXACT_REL = 1e-6  # causal, window, full and fixed-length packing: the engine counts them exactly
-GAMMA_REL = 0.01  # gamma lengths: the stream's quantile strata against the continuous distribution
-
-
-def assert_closed_form(design: Any, operating_point: Any, rel: float | None = None) -> tuple[float, float]:
-    """The engine's keys per query equals the closed form for the design, within ``rel``.
-
-    Causal, window and full attention are exact; fixed-length packed
-    documents are held to the phase average, gamma lengths to the
-    edge-corrected form. ``rel`` defaults to what the engine achieves: 1e-6
-    for the exact forms, 1% for gamma lengths (docs/packing.md measures
-    under 0.1% at ordinary lengths). Raises ``NoClosedForm`` for a mask none
-    describes. Returns (engine, closed form).
-    """
-    from tensorcad.design import load
-
-    design = load(design)
-    expected, names = expected_keys_per_query(design, operating_point)
-    if rel is None:
-        rel = GAMMA_REL if any(n.startswith("edge_corrected") for n in names) else EXACT_REL
-    got, figure = engine_keys_per_query(design, operating_point)
-    difference = abs(got - expected) / expected
-    if not difference <= rel:
-        raise AssertionError(
-            f"{design.name}: {figure} is {got:.6g} but the closed form {' + '.join(names)} "
-            f"gives {expected:.6g} (relative difference {difference:.3g} > rel={rel:g})"
-        )
-    return got, expected
-
-
-# --- block counts against create_block_mask ------------------------------------------------
 
 
 def describe_blocks(result: Any) -> str:
@@ -221,52 +116,37 @@ def assert_block_counts_agree(design: Any, operating_point: Any, rows: int = 64,
                               params: int | None = None) -> list[Any]:
     """The engine's blocks computed equal those of FlexAttention's ``create_block_mask``.
 
-    The mask is the model's own: the design is scaled to about ``params``
-    parameters, built, and the mask_mod its forward pass hands to ``attend`` is
-    rebuilt over ``rows`` rows of the operating point's packing (the rows the
-    engine counts), then counted by ``create_block_mask`` and by the engine
-    (``tensorcad.runtime.blockmask``). Every row must agree block for block.
-    Returns the ``BlockAgreement`` of each mask compared.
+    The masks are the model's own: the design is scaled to about ``params``
+    parameters and built, and every distinct mask its forward pass hands to
+    ``attend`` is made anew over ``rows`` rows of the operating point's packing
+    (the rows the engine counts) by the factory the module's mask table names,
+    then counted by ``create_block_mask`` and by the engine, each against the
+    attention it belongs to (``runtime.certification.block_agreements``). Every
+    row must agree block for block. Returns the ``BlockAgreement`` of each mask.
     """
     from tensorcad.design import load
-    from tensorcad.runtime.blockmask import captured_masks, compare_blocks, mask_factory
-
-    from .fixtures import Settings, build_model, draw_batch
+    from tensorcad.runtime.certification import Skipped, block_agreements
+    from tensorcad.runtime.settings import Settings
+    from tensorcad.runtime.subject import Subject
 
     design = load(design)
-    settings = Settings(seq=operating_point.seq, seed=operating_point.seed, rows=1,
+    packing = operating_point.packing
+    settings = Settings(seq=operating_point.seq, seed=operating_point.seed, rows=1, block_rows=rows,
+                        pack=None if packing is None else packing.mean,
+                        spread=1.0 if packing is None else packing.spread,
                         **({"params": params} if params is not None else {}))
-    model = build_model(design, settings, "flex")
-    small = model.design
-    # The forward pass only hands over the mask: a short batch the scaled model holds will
-    # do; the mask is then rebuilt over rows of the operating point's own length.
-    capture = replace(settings, seq=min(operating_point.seq, small.context))
-    ids, documents, positions = draw_batch(small, capture)
-    inputs = {"ids": ids, **{role: t for role, t in (("documents", documents), ("positions", positions))
-                             if small.input(role) is not None}}
-    masks = captured_masks(model.module, inputs)
-    if not masks:
-        raise NotApplicable("nodes", "the model hands no mask to attention: no blocks to compare")
-    # One mask_mod per distinct mask, in the order the layers call them; the design's
-    # attentions with distinct masks come in the same order.
-    attentions: list[Attention] = []
-    for attention, _ in small.attentions():
-        if attention.keep is not None and all(a.keep != attention.keep for a in attentions):
-            attentions.append(attention)
-    pairs = list(zip(attentions, masks)) if len(attentions) == len(masks) else [(attentions[0], masks[0])]
-    namespace = type(model.module).forward.__globals__
-    results, failures = [], []
-    for attention, mask_mod in pairs:
-        maker = mask_factory(mask_mod, namespace, {"documents": inputs.get("documents"),
-                                                   "positions": inputs.get("positions")})
-        result = compare_blocks(attention, maker, operating_point.seq, operating_point.packing,
-                                seed=operating_point.seed, rows=rows)
-        results.append(result)
-        if not result.passed:
-            failures.append(f"{attention.path}: {describe_blocks(result)}")
+    subject = Subject(design, settings)
+    try:
+        agreements = block_agreements(subject)
+    except Skipped as skip:
+        raise NotApplicable("nodes", str(skip)) from None
+    failures = [f"{mask.name} ({attention.path}): {describe_blocks(result)}"
+                for attention, mask, result in agreements if not result.passed]
     if failures:
         raise AssertionError(f"{design.name}: block counts disagree\n" + "\n".join(failures))
-    return results
+    return [result for _, _, result in agreements]
 
 
-__all__: Sequence[str] = ("NoClosedForm", "NotApplicable", "assert_block_counts_agree", "assert_closed_form", "assert_isolated")
+__all__: Sequence[str] = ("NoClosedForm", "NotApplicable", "assert_block_counts_agree", "assert_closed_form",
+                          "assert_isolated", "describe_blocks", "closed_form_keys", "engine_keys_per_query",
+                          "expected_keys_per_query", "EXACT_REL", "GAMMA_REL")

@@ -1,7 +1,8 @@
 """Design files as pytest items: `pytest --tensorcad designs/` certifies every design under it.
 
-Each design file becomes the items of `harness.checks` (`rules`,
-`isolation[eager]`, ..., `export`), ids like `designs/my-model.json::isolation[flex]`,
+Each design file becomes the items of the runtime's registry
+(`tensorcad.runtime.certification.CERTIFY`: `rules`, `isolation[eager]`, ...,
+`export`), ids like `designs/my-model.json::isolation[flex]`,
 each carrying its category marker so `-m isolation` selects what gates CI.
 Items are `pytest.Function`s whose function is the check, so they get
 fixtures like any test: the golden items compare through syrupy's `snapshot`
@@ -17,9 +18,9 @@ import pytest
 
 from tensorcad.errors import TensorcadError
 
-from . import checks
-from .fixtures import Settings
-from .options import CHECKS, COLLECT_DEST, DESIGN_SUFFIXES, INI_DESIGNS, settings_from_options
+from tensorcad.runtime.settings import Settings
+
+from .options import COLLECT_DEST, DESIGN_SUFFIXES, INI_DESIGNS, settings_from_options
 
 
 def design_roots(config: pytest.Config) -> list[Path]:
@@ -76,10 +77,12 @@ class DesignFile(pytest.File):
         except TensorcadError as error:
             raise self.CollectError(f"{self.path.name}: {error}") from None
         self.design = design
-        for name, category in CHECKS:
+        from tensorcad.runtime.certification import CERTIFY, REGISTRY
+
+        for name in CERTIFY:
             item = DesignCheck.from_parent(self, name=name, callobj=_function(name))
-            if category is not None:
-                item.add_marker(category)
+            if REGISTRY[name].category is not None:
+                item.add_marker(REGISTRY[name].category)
             item.add_marker("tensorcad")
             yield item
 
@@ -99,20 +102,35 @@ def _function(name: str):
 
 
 def run_item(item: DesignCheck, snapshot: Any) -> None:
+    """The registry's check of this item's name, on the design at the command line's settings.
+
+    A failed check fails the item with its message; a skip skips it with the reason; a
+    golden's difference is syrupy's own assertion (its diff, and --snapshot-update); a
+    crash is an error with its traceback.
+    """
+    from tensorcad.runtime.certification import REGISTRY, Skipped
+    from tensorcad.runtime.closed_form_check import NotApplicable
+    from tensorcad.runtime.subject import Subject
+
     from .snapshot import assert_golden
 
-    config = item.config
-    root = config.rootpath
+    root = item.config.rootpath
 
     def golden(kind: str, name: str, data: Any) -> None:
         assert_golden(snapshot, root, kind, name, data)
 
-    ctx = checks.Context(item.parent.design, base_settings(config), root, golden)
+    subject = Subject(item.parent.design, base_settings(item.config), golden=golden)
     try:
-        item.outcome_message = checks.CHECKS[item.name](ctx)
-    except checks.Skipped as skip:
+        result = REGISTRY[item.name].run(subject)
+    except (Skipped, NotApplicable) as skip:
+        result = None
+        reason = str(skip)
+    if result is None or result.skipped:
         # Reported at the design's item, not at this line (as a skip marker would be).
-        raise pytest.skip.Exception(str(skip), _use_item_location=True) from None
+        raise pytest.skip.Exception(reason if result is None else result.message, _use_item_location=True)
+    item.outcome_message = result.message
+    if not result.passed:
+        raise AssertionError(result.message)
 
 
 class DesignCheck(pytest.Function):

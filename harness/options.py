@@ -2,6 +2,8 @@
 
 Held here, not spelled out in the hooks, so the plugin, the collector, the
 docs and the tests all read one table (syrupy and hypothesis do the same).
+The defaults are the runtime's (`tensorcad.runtime.settings.DEFAULTS`), and the
+checks a design file becomes are the runtime's registry (`certification.CERTIFY`).
 Importing this module imports nothing heavy.
 """
 
@@ -27,22 +29,16 @@ ROWS = "--tensorcad-rows"
 BLOCK_ROWS = "--tensorcad-block-rows"
 SAMPLE = "--tensorcad-sample"
 
-DEFAULTS = {
-    "seq": 512,  # tokens a row, unless the design's context is shorter
-    "pack": 96.0,  # mean document length, tokens
-    "spread": 1.0,  # coefficient of variation of document length (0: fixed)
-    "params": 1_000_000,  # a design is scaled to about this many parameters before it is built
-    "seed": 0,
-    "forms": ("eager", "flex"),
-    "rows": 2,  # rows in the batch an isolation check perturbs
-    "block_rows": 8,  # rows whose block masks are compared with create_block_mask
-    "sample": 24,  # documents of the batch perturbed at most; more are sampled, seeded
-}
 
-FORM_NAMES = ("eager", "flex")
+def __getattr__(name: str):
+    # The defaults are the runtime's (tensorcad.runtime.settings: one set for verify,
+    # certify and the plugin), read on first use so importing this module stays light.
+    if name in ("DEFAULTS", "MARKER_KEYS", "FORM_NAMES"):
+        from tensorcad.runtime import settings
 
-# Marker keyword -> the settings field it sets.
-MARKER_KEYS = ("design", "seq", "pack", "spread", "params", "seed", "forms", "rows", "sample")
+        return getattr(settings, name)
+    raise AttributeError(f"module 'harness.options' has no attribute {name!r}")
+
 
 MARKERS = {
     "tensorcad": (
@@ -57,24 +53,12 @@ MARKERS = {
     "golden": "tensorcad category: analysis, rules and generated code against goldens under snapshots/",
 }
 
-# The checks a collected design file becomes, in order, and the category marker of each.
-CHECKS = (
-    ("rules", None),
-    ("isolation[eager]", "isolation"),
-    ("isolation[flex]", "isolation"),
-    ("closed-form", "closed_form"),
-    ("block-counts", "block_counts"),
-    ("golden[analysis]", "golden"),
-    ("golden[rules]", "golden"),
-    ("golden[codegen]", "golden"),
-    ("export", None),
-)
-CHECK_NAMES = tuple(name for name, _ in CHECKS)
-
 DESIGN_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 def _forms(text: str) -> tuple[str, ...]:
+    from tensorcad.runtime.settings import FORM_NAMES
+
     forms = tuple(f.strip() for f in text.split(",") if f.strip())
     bad = [f for f in forms if f not in FORM_NAMES]
     if bad or not forms:
@@ -94,6 +78,8 @@ def _sample(text: str) -> int | None:
 
 def add_options(parser) -> None:
     """Register the `tensorcad` option group and the ini key (pytest's `parser`)."""
+    from tensorcad.runtime.settings import DEFAULTS  # no torch: the defaults every certifier uses
+
     group = parser.getgroup(GROUP, GROUP_DESCRIPTION)
     group.addoption(COLLECT, action="append", dest=COLLECT_DEST, default=[], metavar="DIR",
                     help="collect every design file (.json/.yaml) under DIR as checks "
@@ -131,5 +117,7 @@ def settings_from_options(getoption) -> dict:
 
 def default_settings() -> dict:
     """What ``settings_from_options`` gives when no --tensorcad-* option is set."""
+    from tensorcad.runtime.settings import DEFAULTS
+
     return {"seq": None, **{k: DEFAULTS[k] for k in ("pack", "spread", "params", "seed", "forms", "rows",
                                                       "block_rows", "sample")}}

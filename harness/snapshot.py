@@ -1,51 +1,25 @@
-"""Goldens: syrupy snapshots of analysis, rules and generated code as readable text.
+"""Goldens under syrupy: the extension writing each golden to `snapshots/<kind>/<design>.<ext>`.
 
-Each golden is one file under the project's `snapshots/<kind>/`, named after the
-design, with a version header, sorted keys and stable number formatting, so a
-reviewer can read a diff of it. `pytest --snapshot-update` rewrites them.
+What a golden holds, its text and its file name are the runtime's
+(`tensorcad.runtime.goldens`); this module only lets syrupy compare and, with
+`pytest --snapshot-update`, rewrite them.
 """
 
 from __future__ import annotations
 
-import json
-import math
 from pathlib import Path
 from typing import Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-VERSION = 1
-KINDS = {"analysis": "txt", "rules": "txt", "codegen": "py"}
-SIGNIFICANT = 10  # digits kept of every float: enough for any figure, immune to last-bit noise
+from tensorcad.runtime.goldens import KINDS, VERSION, file_name, golden_dir, golden_text  # noqa: F401
 
-
-def _stable(value: Any) -> Any:
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)
-        if value == int(value) and abs(value) < 2**53:
-            return int(value)
-        return float(f"{value:.{SIGNIFICANT}g}")
-    if isinstance(value, dict):
-        return {str(k): _stable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_stable(v) for v in value]
-    return value
-
-
-def golden_text(kind: str, name: str, data: Any) -> str:
-    """The text a golden file holds: a header line, then sorted JSON or source."""
-    if kind not in KINDS:
-        raise ValueError(f"unknown golden kind {kind!r} ({', '.join(KINDS)})")
-    header = f"# tensorcad golden v{VERSION}: {kind} of {name}\n"
-    if kind == "codegen":
-        return header + data
-    return header + json.dumps(_stable(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+_file_name = file_name  # the older private name
 
 
 def golden_extension(root: str | Path, kind: str) -> type[SingleFileSnapshotExtension]:
     """A syrupy extension writing `<root>/snapshots/<kind>/<name>.<ext>`."""
-    directory = str(Path(root) / "snapshots" / kind)
+    directory = str(golden_dir(root, kind))
 
     class TensorcadGolden(SingleFileSnapshotExtension):
         _write_mode = WriteMode.TEXT
@@ -71,9 +45,4 @@ def golden_extension(root: str | Path, kind: str) -> type[SingleFileSnapshotExte
 def assert_golden(snapshot, root: str | Path, kind: str, name: str, data: Any) -> None:
     """Compare (or, with --snapshot-update, write) one golden."""
     text = golden_text(kind, name, data)
-    assert text == snapshot(extension_class=golden_extension(root, kind), name=_file_name(name))
-
-
-def _file_name(name: str) -> str:
-    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
-    return safe.strip(".") or "design"
+    assert text == snapshot(extension_class=golden_extension(root, kind), name=file_name(name))

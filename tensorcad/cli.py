@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .cli_options import add_certify_options, console, integer, packing_option, real
 from .errors import TensorcadError, did_you_mean
 
 EXIT_FAILED = 1
@@ -27,29 +26,6 @@ class _Parser(argparse.ArgumentParser):
         # main() prints "tensorcad: " once; the subcommand's name is enough after it.
         command = self.prog.removeprefix("tensorcad").strip()
         raise TensorcadError("", f"{command + ': ' if command else ''}{message} (see --help)")
-
-
-_NUMBER = re.compile(r"[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?", re.ASCII)
-
-
-def integer(text: str) -> int:
-    """An integer option: 2000000, 2_000_000 and 2e6 alike; ASCII digits only (not '٣')."""
-    if not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    value = float(text) if any(c in text for c in ".eE") else int(text)
-    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
-    return int(value)
-
-
-def real(text: str) -> float:
-    """A number option: 0.5, 1e-3, 15e12; ASCII digits only, finite."""
-    if not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    value = float(text)
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
 
 
 def write_output(path: str, text: str, option: str) -> None:
@@ -68,13 +44,7 @@ def _emit(data: Any, args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
-PIPED_WIDTH = 200  # piped output is read by people too: wide enough that no number or op name is cut
-
-
-def _console():
-    from rich.console import Console
-
-    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+_console = console  # one console for every command (cli_options)
 
 
 # -- commands --------------------------------------------------------------------
@@ -188,15 +158,6 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
                    help="context parallelism: N ranks split each training row (default: off)")
     g.add_argument("--cp-shard", metavar="SHARD",
                    help=f"which rank holds which token: {', '.join(SHARDINGS)} (default {DEFAULT_SHARD} with --cp)")
-
-
-def packing_option(args: argparse.Namespace):
-    from .packing import packing_of
-
-    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread",
-                      lengths=getattr(args, "pack_lengths", None), strategy=getattr(args, "pack_strategy", None),
-                      lengths_path="--pack-lengths", strategy_path="--pack-strategy",
-                      column=getattr(args, "pack_lengths_column", None))
 
 
 def cp_option(args: argparse.Namespace):
@@ -363,6 +324,17 @@ def _runtime_command(name: str) -> Callable[[argparse.Namespace], int]:
     return run
 
 
+def _checks_epilog(command: str) -> str:
+    """What each check of the command holds the design to: the runtime's registry, read lazily."""
+    from .runtime.certification import CERTIFY, GOLDENS, REGISTRY, VERIFY  # no torch at import
+
+    names = VERIFY if command == "verify" else tuple(n for n in CERTIFY if n not in GOLDENS)
+    lines = ["checks, in order:"] + [f"  {n:<19} {REGISTRY[n].holds}" for n in names]
+    if command == "certify":
+        lines.append("  goldens (golden[analysis|rules|codegen]) run under pytest --tensorcad only")
+    return "\n".join(lines)
+
+
 # -- the parser ------------------------------------------------------------------
 
 
@@ -428,21 +400,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--name", help="the design's name (default: the directory's)")
     p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
-    p = command("verify", "Build the scaled model and prove it: forward, FLOPs, export, isolation, blocks.",
-                _runtime_command("verify"))
+    p = command("verify", "Build the scaled model and prove it: certify's checks (less goldens) plus "
+                "forward, FLOPs, fused-equals-eager and kept scores.", _runtime_command("verify"),
+                epilog=_checks_epilog("verify"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("design")
-    p.add_argument("--seq", type=integer, help="tokens a row (default 512, or the scaled design's context if shorter)")
-    p.add_argument("--pack", type=real, metavar="MEAN", help="mean document length (default: a quarter of the row)")
-    p.add_argument("--pack-spread", type=real, metavar="C", help="document length spread (default 1)")
-    p.add_argument("--params", type=integer, default=2_000_000, help="scale to about this many parameters (default 2,000,000)")
-    p.add_argument("--seed", type=integer, default=0)
+    add_certify_options(p)
     p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
 
-    p = command("certify", "Run the harness's checks on designs without pytest; exit 1 on a failure.",
-                _runtime_command("certify"))
+    p = command("certify", "Run the checks `pytest --tensorcad` runs on designs, without pytest; exit 1 "
+                "on a failure.", _runtime_command("certify"), epilog=_checks_epilog("certify"),
+                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("designs", nargs="+", metavar="DESIGN")
-    p.add_argument("--seq", type=integer, help="tokens a row (default 512, or the design's context if shorter)")
-    p.add_argument("--json", action="store_true")
+    add_certify_options(p)
+    p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
 
     p = command("smoke-train", "Train the scaled model a few hundred steps and report a falling loss.",
                 _runtime_command("smoke_train"))

@@ -16,10 +16,11 @@ from fractions import Fraction
 import numpy as np
 from scipy.special import gammaincc, gammainccinv
 
+from tensorcad.design.masks import BLOCK
 from tensorcad.errors import TensorcadError, check_integer
 from tensorcad.packing import MAX_SEQ, check_mean, check_spread
 
-DEFAULT_BLOCK = 128
+DEFAULT_BLOCK = BLOCK  # FlexAttention's default block (design.masks)
 
 
 def _positive(value: object, path: str, high: int = MAX_SEQ) -> int:

@@ -14,7 +14,7 @@ import sys
 import warnings
 from typing import Any
 
-from .cli import _console, packing_option
+from .cli_options import console as _console, settings_option
 from .errors import TensorcadError
 
 EXIT_FAILED = 1
@@ -92,29 +92,42 @@ class _PlainProgress:
 # -- verify ----------------------------------------------------------------------------
 
 
+def _settings_line(settings, design) -> str:
+    """What a run certified at: the operating point and scale, printed above its table."""
+    seq = settings.for_design(design).seq
+    pack = ("packing off" if settings.pack is None
+            else f"documents averaging {settings.pack:g} tokens (spread {settings.spread:g})")
+    return (f"at seq {seq}, {pack}, scaled to about {settings.params:,} parameters, seed {settings.seed}, "
+            f"{settings.rows} rows; block counts over {settings.block_rows} engine rows")
+
+
+def _print_failures(console, checks) -> None:
+    from rich.markup import escape
+
+    for c in checks:
+        if c.status == "failed":
+            console.print(f"[bold red]{escape(c.name)} failed:[/] {escape(c.message)}")
+
+
 def verify(args: argparse.Namespace) -> int:
     from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.verification import CHECKS, verify as run_verify
 
     design = load(args.design)
-    packing = packing_option(args)
+    settings = settings_option(args)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         report = _with_progress(args.json, len(CHECKS), lambda progress: run_verify(
-            design, seq=args.seq, packing=packing, params=args.params, seed=args.seed, progress=progress))
+            design, settings=settings, progress=progress))
     if args.json:
         _print_json(report.to_json())
     else:
-        pack = report.packing
-        title = (f"{report.design} scaled to {report.params:,} parameters, {report.rows} rows of {report.seq} "
-                 f"tokens" + (f", documents averaging {pack.mean:g} (spread {pack.spread:g})" if pack else ""))
+        title = (f"{report.design} scaled to {report.params:,} parameters, "
+                 f"{_settings_line(report.settings, design)}")
         console = _console()
         console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message)
                                             for c in report.checks]))
-        from rich.markup import escape
-
-        for c in report.failures:
-            console.print(f"[bold red]{escape(c.name)} failed:[/] {escape(c.message)}")
+        _print_failures(console, report.checks)
     return 0 if report.passed else EXIT_FAILED
 
 
@@ -122,40 +135,39 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def certify(args: argparse.Namespace) -> int:
-    """The harness's item checks (`pytest --tensorcad`), run without pytest."""
-    from harness.checks import run_checks
-    from harness.fixtures import Settings
-    from harness.options import CHECK_NAMES
-
+    """The checks `pytest --tensorcad` runs (the runtime's registry), without pytest."""
     from .hf import load_design as load  # a Hugging Face config is a design too
+    from .runtime.certification import CERTIFY, GOLDENS, run_checks
+    from .runtime.subject import Subject
 
     # Goldens are snapshot files a pytest run owns (and updates with --snapshot-update).
-    names = [n for n in CHECK_NAMES if not n.startswith("golden[")]
+    names = [n for n in CERTIFY if n not in GOLDENS]
     designs = [load(name) for name in args.designs]  # every name checked before any runs
-    settings = Settings(seq=args.seq)
-    if args.seq is not None:
-        from .runtime.scaling import scale
-
-        for design in designs:  # bad input is one line and exit 2, not a table of failures
-            context = scale(design, params=settings.params).context
-            if not 1 <= args.seq <= context:
-                raise TensorcadError("--seq", f"{args.seq} is outside 1..{context:,}, the positions "
-                                              f"{design.name} holds once scaled")
+    settings = settings_option(args)
+    subjects = [Subject(design, settings) for design in designs]
+    for subject in subjects:  # bad input is one line and exit 2, not a table of failures
+        context = subject.small.context
+        if args.seq is not None and not 1 <= args.seq <= context:
+            raise TensorcadError("--seq", f"{args.seq} is outside 1..{context:,}, the positions "
+                                          f"{subject.design.name} holds once scaled")
     results = []
-    for design in designs:
+    for subject in subjects:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            items = _with_progress(args.json, len(names), lambda progress: _certify_one(
-                run_checks, settings, design, names, progress))
-        results.append((design.name, items))
-    failed = any(item.outcome == "failed" for _, items in results for item in items)
+            checks = _with_progress(args.json, len(names), lambda progress: run_checks(
+                subject, names, _prefixed(subject.design.name, progress)))
+        results.append((subject, checks))
+    failed = any(c.status == "failed" for _, checks in results for c in checks)
     if args.json:
-        _print_json([{"design": name, "passed": all(i.outcome != "failed" for i in items),
-                      "checks": [i.to_json() for i in items]} for name, items in results])
+        _print_json([{"design": s.design.name, "passed": all(c.status != "failed" for c in checks),
+                      "settings": s.settings.to_json(), "checks": [c.to_json() for c in checks]}
+                     for s, checks in results])
         return EXIT_FAILED if failed else 0
     console = _console()
-    for name, items in results:
-        console.print(_checks_table(name, [(i.name, i.outcome, f"{i.seconds:.1f}", i.message) for i in items]))
+    for subject, checks in results:
+        title = f"{subject.design.name} {_settings_line(subject.settings, subject.design)}"
+        console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message) for c in checks]))
+        _print_failures(console, checks)
     from rich.markup import escape
 
     console.print(escape("golden[analysis], golden[rules], golden[codegen] run under pytest only "
@@ -163,13 +175,10 @@ def certify(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failed else 0
 
 
-def _certify_one(run_checks, settings, design, names, progress):
-    items = []
-    for done, name in enumerate(names):
-        if progress is not None:
-            progress(f"{design.name}: {name}", done, len(names))
-        items.extend(run_checks(design, settings, only=[name]))
-    return items
+def _prefixed(name: str, progress):
+    if progress is None:
+        return None
+    return lambda check, done, count: progress(f"{name}: {check}", done, count)
 
 
 # -- smoke-train -----------------------------------------------------------------------

@@ -69,11 +69,55 @@ def test_verify_exits_1_naming_the_leak(only, tmp_path, capsys):
     ["smoke-train", "nano-sort", "--steps", "0"],
     ["trace", "nano-sort", "--seq", "0"],
     ["certify", "no-such-design"],
+    ["certify", "nano-sort", "--seq", "100000"],
+    ["certify", "nano-sort", "--pack", "-3"],
+    ["certify", "nano-sort", "--params", "0"],
 ])
 def test_bad_input_is_one_line_and_exit_2(argv, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("tensorcad: ") and err.count("\n") == 1
+
+
+@pytest.fixture
+def certify_only(monkeypatch):
+    """certify with only some of the registry's checks run (the rest skip: export alone takes ~10 s)."""
+    from tensorcad.runtime import certification
+
+    def limit(*names):
+        for name, spec in list(certification.REGISTRY.items()):
+            if name not in names:
+                monkeypatch.setitem(certification.REGISTRY, name, certification.Spec(
+                    name, spec.holds, lambda subject, name=name: certification.skipped(name, "left out here")))
+
+    return limit
+
+
+def test_certify_prints_its_settings_and_names_each_warning(certify_only, capsys):
+    certify_only("rules", "closed-form")
+    assert main(["certify", "nano-sort", "--seq", "128", "--params", "150000", "--pack", "32",
+                 "--pack-spread", "0.5", "--seed", "3"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("nano-sort at seq 128, documents averaging 32 tokens (spread 0.5), scaled to about 150,000 "
+            "parameters, seed 3") in out
+    assert "no errors (1 warn, 0 note): warn document-blocks packing: in 32-token documents" in out
+
+
+def test_certify_json_carries_the_settings(certify_only, capsys):
+    certify_only("rules")
+    assert main(["certify", "nano-sort", "--seq", "128", "--json"]) == 0
+    (out,) = json.loads(capsys.readouterr().out)
+    assert out["settings"]["seq"] == 128 and out["settings"]["pack"] == 96.0 and out["settings"]["params"] == 1_000_000
+    assert out["checks"][0]["status"] == out["checks"][0]["outcome"] == "passed"
+
+
+def test_verify_and_certify_help_say_what_each_check_holds(capsys):
+    for command in ("verify", "certify"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = capsys.readouterr().out
+        assert "--pack-spread" in out and "--params" in out and "--seed" in out
+        assert "block-counts" in out and "for every distinct mask the model runs" in " ".join(out.split())
 
 
 def test_trace_json(capsys):

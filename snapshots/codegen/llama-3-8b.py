@@ -5,6 +5,7 @@ Needs only torch. Model(config=CONFIG, form="flex") maps token ids (B, T) to
 logits (B, T, V); form "eager" computes the same in plain matmuls.
 """
 
+import contextlib
 import math
 import sys
 import warnings
@@ -183,6 +184,34 @@ def _needs_backward(q, k, v, score_mod):
     )
 
 
+# Open recordings of attend calls (see recording_attend): (calls, around) pairs.
+_RECORDINGS = []
+
+
+@contextlib.contextmanager
+def recording_attend(around=None):
+    """Record every attend call made inside the block; yields the list of calls.
+
+    Each call is a dict of attend's keywords (mask_mod, score_mod, form, scale)
+    with the shapes of q and k. `around(run, q, k, v, **kwargs)`, when given,
+    runs in place of each attention and calls `run` for it (a tracer counts one
+    call's FLOPs so). tensorcad's runtime reads the masks a model runs this way.
+    """
+    recording = ([], around)
+    _RECORDINGS.append(recording)
+    try:
+        yield recording[0]
+    finally:
+        _RECORDINGS[:] = [r for r in _RECORDINGS if r is not recording]
+
+
+def _around(around, run):
+    def wrapped(q, k, v, **kwargs):
+        return around(run, q, k, v, **kwargs)
+
+    return wrapped
+
+
 def attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
     """Attention of q over k, v: (B, H, T, D), (B, H_kv, S, D) -> (B, H, T, D).
 
@@ -190,6 +219,21 @@ def attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
     FlexAttention; "eager" the same arithmetic in plain matmuls, which any
     device can differentiate and FlopCounterMode can count.
     """
+    kwargs = {
+        "mask_mod": mask_mod,
+        "score_mod": score_mod,
+        "form": form,
+        "scale": scale,
+    }
+    run = _attend
+    for calls, around in _RECORDINGS:
+        calls.append({**kwargs, "q": tuple(q.shape), "k": tuple(k.shape)})
+        if around is not None:
+            run = _around(around, run)
+    return run(q, k, v, **kwargs)
+
+
+def _attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
     if form not in ("flex", "eager"):
         raise ValueError(f"form must be 'flex' or 'eager', not {form!r}")
     if q.shape[1] % k.shape[1] != 0:
@@ -314,6 +358,20 @@ causal.uses_batch = False
 causal.uses_head = False
 
 
+# The masks this module's attentions run, so tensorcad's runtime can make each
+# one anew over other rows: the mask_mod (a mask of positions only) or the
+# factory that makes it from the forward's inputs named in `reads`, and the
+# design's attentions that run it.
+MASKS = {
+    "causal": {
+        "mask_mod": causal,
+        "factory": None,
+        "reads": (),
+        "attentions": ("nodes[1].params.block.params.attention",),
+    },
+}
+
+
 class RMSNorm(nn.Module):
     """Root-mean-square normalisation with a learned scale (Llama's RMSNorm)."""
 
@@ -401,6 +459,13 @@ class Block(nn.Module):
 
 class Model(nn.Module):
     """llama-3-8b: token ids (B, T) -> logits (B, T, V)."""
+
+    # What tensorcad's runtime reads of this module: its masks, a recorder of
+    # attend calls, which pieces torch.compile is tried on, the paths that ran.
+    masks = MASKS
+    recording_attend = staticmethod(recording_attend)
+    compile_pieces = COMPILE
+    runtime_paths = RUNTIME_PATHS
 
     def __init__(self, config=CONFIG, form="flex"):
         super().__init__()

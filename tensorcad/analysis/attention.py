@@ -97,17 +97,16 @@ def keys_per_query(attention: Attention, seq: int, packing: Packing | None = Non
 
 
 def _exact_positional(attention: Attention, seq: int) -> float:
-    """Causal, window or nothing, one document a row: counted, not sampled."""
+    """Causal, window or nothing, one document a row: counted by the closed forms, not sampled.
+
+    One formula for each, in `tensorcad.closed_form`; the closed-form check holds them to
+    every score counted one by one (runtime.closed_form_check.brute_force_keys).
+    """
+    from tensorcad import closed_form
+
     if attention.window is None:
-        return (seq + 1) / 2 if attention.causal else float(seq)
-    w = min(attention.window, seq)
-    if attention.causal:
-        # Queries q < w keep q + 1 keys; the rest keep w.
-        total = w * (w + 1) // 2 + (seq - w) * w
-    else:
-        # 2w - 1 keys a query, less w(w - 1)/2 cut off at each edge.
-        total = seq * (2 * w - 1) - w * (w - 1)
-    return total / seq
+        return closed_form.causal(seq) if attention.causal else closed_form.full(seq)
+    return closed_form.window(seq, min(attention.window, seq), attention.causal)
 
 
 def query_strata(rows: int, per_row: int, rng: np.random.Generator) -> np.ndarray:

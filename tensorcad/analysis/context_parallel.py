@@ -102,15 +102,15 @@ def _mask_parts(attention, role_of):
     from tensorcad.design.expr import Const
     from tensorcad.design.expr.nodes import Binary, Compare, Param, Var
 
-    from .tiles import _conjuncts, _is_causal, _is_same_document
+    from tensorcad.design.masks import conjuncts, is_causal, is_same_document
 
     keep = attention.keep if attention.keep is not None else Const(True)
     causal = same = False
     window = None
-    for part in _conjuncts(keep):
-        if _is_causal(part):
+    for part in conjuncts(keep):
+        if is_causal(part):
             causal = True
-        elif _is_same_document(part, role_of):
+        elif is_same_document(part, role_of):
             same = True
         elif (isinstance(part, Compare) and part.op == "<" and part.left == Binary("-", Var("q"), Var("kv"))
               and isinstance(part.right, Param) and isinstance(part.right.value, int)):

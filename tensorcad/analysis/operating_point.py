@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ..design.masks import BLOCK
 from ..errors import TensorcadError
 from ..packing import Packing
 from .context_parallel import ContextParallel
@@ -63,7 +64,7 @@ class OperatingPoint:
     train_dtype: str = DEFAULTS["train_dtype"]
     serve_dtype: str = DEFAULTS["serve_dtype"]
     seed: int = 0
-    block: int = 128
+    block: int = BLOCK  # FlexAttention's default (design.masks)
     # What the training figure counts: the scores the mask keeps ("kept"), or
     # every score of every block a kernel computes ("blocks"); docs/packing.md
     # holds the evidence for the default.

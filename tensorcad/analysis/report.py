@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass
 
 from ..design import load
-from ..design.expr import reads
-from ..design.model import Attention, Design
+from ..design.masks import reads_documents  # noqa: F401 - asked of the report by name (editor, older callers)
+from ..design.model import Design
 from ..errors import TensorcadError
 from ..packing import Packing
 from .attention import ROWS, keys_per_query
@@ -102,14 +102,6 @@ class Report:
         if self.cp is not None:
             out["contextParallel"] = self.cp.to_json()
         return out
-
-
-def reads_documents(attention: Attention) -> bool:
-    """Whether what the attention keeps depends on a documents input."""
-    if attention.keep is None:
-        return False
-    read = reads(attention.keep)
-    return any(w.role == "documents" for p, w in attention.tensors.items() if p in read)
 
 
 def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op: OperatingPoint) -> Flops:

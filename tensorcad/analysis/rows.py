@@ -23,13 +23,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from tensorcad.design.masks import MADE_UP_ROLES, made_up_roles  # noqa: F401 - MADE_UP_ROLES asked of rows by name
 from tensorcad.design.model import Attention
-from tensorcad.design.expr import reads
+
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing, RowBoundaries
 
-# The roles whose values the engine can make up for a packing.
-MADE_UP_ROLES = ("documents", "positions")
 _BUCKET_BITS = 6
 
 
@@ -251,20 +250,5 @@ def packed_rows(seq: int, packing: Packing | None, seed: int, rows: int) -> Rows
 
 
 def tensor_roles(attention: Attention) -> Mapping[str, str]:
-    """The role of each tensor port the attention's kept-score expression reads.
-
-    Only documents and positions can be made up; a port wired from token ids
-    is an input-roles error, which the analysis refuses rather than invent.
-    """
-    read = reads(attention.keep) if attention.keep is not None else frozenset()
-    roles: dict[str, str] = {}
-    for port in sorted(read):
-        wire = attention.tensors.get(port)
-        role = wire.role if wire is not None else None
-        if role not in MADE_UP_ROLES:
-            raise TensorcadError(
-                attention.path,
-                f"the mask reads port {port!r}, wired from an input of role {role!r}; the "
-                f"engine can only make up {' or '.join(MADE_UP_ROLES)} to measure it")
-        roles[port] = role
-    return roles
+    """The role of each tensor port the attention's kept-score expression reads (design.masks)."""
+    return made_up_roles(attention, "engine")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tensorcad.design.expr import Box, Const, Expr, interval, variables
-from tensorcad.design.expr.nodes import Binary, Compare, Read, Var, tensor_reads
+from tensorcad.design.expr.nodes import tensor_reads
+from tensorcad.design.masks import BLOCK, countable, keeps_only_the_past
 from tensorcad.design.model import Attention
 from tensorcad.errors import check_integer
 from tensorcad.packing import MAX_SEQ, Packing
@@ -23,7 +24,7 @@ from tensorcad.packing import MAX_SEQ, Packing
 from .attention import _gathered, bare_variables, keys_per_query
 from .rows import Rows, tensor_roles
 
-DEFAULT_BLOCK = 128
+DEFAULT_BLOCK = BLOCK
 SPLIT = 4  # a maybe-run of tiles splits into this many
 
 
@@ -134,7 +135,7 @@ def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, h
 
     # A causal mask keeps no key after its query: runs of tiles wholly after
     # the query block are skipped unasked (the interpreter would say "never").
-    last_tile = qb if _keeps_only_the_past(keep) else np.full(entries, blocks - 1)
+    last_tile = qb if keeps_only_the_past(keep) else np.full(entries, blocks - 1)
     kv_reads = [port for port, index in reads if index == "kv"]
     # A box of every key of a row is almost never decided: start a level down.
     level = max(levels - 1, 0)
@@ -208,45 +209,6 @@ def _pyramid(batch: Rows, role: str, block: int, seq: int, levels: int):
 
 
 # -- scores kept ---------------------------------------------------------------
-
-
-def _conjuncts(expr: Expr) -> list[Expr]:
-    if isinstance(expr, Binary) and expr.op == "&":
-        return _conjuncts(expr.left) + _conjuncts(expr.right)
-    return [expr]
-
-
-def _is_causal(expr: Expr) -> bool:
-    q, kv = Var("q"), Var("kv")
-    return isinstance(expr, Compare) and (
-        (expr.op == ">=" and expr.left == q and expr.right == kv)
-        or (expr.op == "<=" and expr.left == kv and expr.right == q))
-
-
-def _keeps_only_the_past(keep: Expr) -> bool:
-    """Whether ``q >= kv`` is one of the mask's conjuncts (so no later key is ever kept)."""
-    return any(_is_causal(part) for part in _conjuncts(keep))
-
-
-def _is_same_document(expr: Expr, role_of: dict[str, str]) -> bool:
-    if not (isinstance(expr, Compare) and expr.op == "==" and isinstance(expr.left, Read)
-            and isinstance(expr.right, Read) and expr.left.port == expr.right.port
-            and role_of.get(expr.left.port) == "documents"):
-        return False
-    return {expr.left.index[1], expr.right.index[1]} == {Var("q"), Var("kv")}
-
-
-def countable(keep: Expr, role_of: dict[str, str]) -> tuple[bool, bool] | None:
-    """(causal, same document) when the mask is only those, else None."""
-    causal = same = False
-    for part in _conjuncts(keep):
-        if _is_causal(part):
-            causal = True
-        elif _is_same_document(part, role_of):
-            same = True
-        elif not (isinstance(part, Const) and part.value is True):
-            return None
-    return causal, same
 
 
 def _kept_per_row(attention: Attention, keep: Expr, role_of: dict[str, str], batch: Rows,

@@ -16,7 +16,7 @@ from ..errors import TensorcadError
 from ..hf.weights import weight_map
 from . import hf_weights, layout, prelude
 from .config import ConfigFields
-from .masks import Function, mask_function, score_function
+from .masks import Function, mask_function, mask_table, score_function
 from .modules import MLPS, NORMS, PLACEHOLDER, Classes, assign_call, position_embedding
 from .names import RESERVED, Namer, comment_text, title_text
 
@@ -57,6 +57,7 @@ class _Generator:
         self.classes = Classes()
         self.functions: dict[str, Function] = {}
         self.attention_classes: list[str] = []
+        self.mask_uses: dict[str, tuple[Function, list[str]]] = {}  # mask name -> (it, attention paths)
         self.uses_rope = any(n.kind == "rope" for n, _ in design.walk())
         self.roles = {i.name: i.role for i in design.inputs}
         # a design imported from Hugging Face loads (and gives back) transformers' weights
@@ -105,6 +106,10 @@ class _Generator:
         for fn in (mask, score):
             if fn is not None:
                 self.functions.setdefault(fn.name, fn)
+        if mask is not None:
+            paths = self.mask_uses.setdefault(mask.name, (mask, []))[1]
+            if attention.path not in paths:
+                paths.append(attention.path)
         rope = node.params["rope"] is not None
         ports = self.port_args(node)
         port_values = {p: p for p in ports}
@@ -286,6 +291,16 @@ class _Generator:
                 f"            if isinstance(module, ({kinds})):",
                 "                module.form = form",
             ]
+            # The contract tensorcad's runtime reads, as attributes rather than module globals.
+            lines[3:3] = [
+                "    # What tensorcad's runtime reads of this module: its masks, a recorder of",
+                "    # attend calls, which pieces torch.compile is tried on, the paths that ran.",
+                "    masks = MASKS",
+                "    recording_attend = staticmethod(recording_attend)",
+                "    compile_pieces = COMPILE",
+                "    runtime_paths = RUNTIME_PATHS",
+                "",
+            ]
         lines += [
             "",
             "    def _init_weights(self, module):",
@@ -430,6 +445,8 @@ class _Generator:
             out.append(("relative bucket", E.RELATIVE_BUCKET_SOURCE))
         if functions:
             out.append(("masks", "\n\n\n".join(f.rstrip("\n") for f in functions) + "\n"))
+        if self.attention_classes:
+            out.append(("mask table", mask_table(self.mask_uses)))
         for source in self.classes.sources():
             out.append(("class", source))
         if self.hf_weights is not None:

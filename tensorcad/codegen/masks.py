@@ -9,10 +9,13 @@ the same rule with `score_mod(score, b, h, q_idx, kv_idx)`.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..design import expr as E
+from ..design.masks import is_same_document
 from ..design.model import Attention
+from ..errors import TensorcadError
 from . import layout
 from .names import Namer, comment_text
 
@@ -27,25 +30,13 @@ class Function:
     factory: str | None  # the factory's name, when it reads tensors
     reads: tuple[str, ...]  # sanitised ports the factory takes, in order
     source: str
+    roles: tuple[str | None, ...] = ()  # the input role wired to each port read, in order
 
     def call(self, ports: dict[str, str]) -> str:
         """The expression an attention's forward writes to get the function."""
         if self.factory is None:
             return self.name
         return f"{self.factory}({', '.join(ports[p] for p in self.reads)})"
-
-
-def _is_same_document(expr: E.Expr, roles: dict[str, str | None]) -> bool:
-    if not (isinstance(expr, E.Compare) and expr.op == "=="):
-        return False
-    sides = (expr.left, expr.right)
-    if not all(isinstance(s, E.Read) and not s.table for s in sides):
-        return False
-    left, right = sides
-    if left.port != right.port or roles.get(left.port) != "documents":
-        return False
-    pairs = {tuple(getattr(i, "name", None) for i in s.index) for s in sides}
-    return pairs == {("b", "q"), ("b", "kv")}
 
 
 def _mask_name(attention: Attention, roles: dict[str, str | None], owner: str) -> str:
@@ -55,7 +46,7 @@ def _mask_name(attention: Attention, roles: dict[str, str | None], owner: str) -
     elif attention.causal:
         parts.append("causal")
     if attention.mask is not None:
-        if _is_same_document(attention.mask, roles):
+        if is_same_document(attention.mask, roles):
             parts.append("same_document")
         else:
             return f"keeps_{owner}"
@@ -114,7 +105,7 @@ def mask_function(attention: Attention, roles: dict[str, str | None], ports: Nam
     doc = f"Keeps {comment_text(E.to_text(keep))}."
     source = _emit(name, "b, h, q_idx, kv_idx", body, doc, reads, _window_comment(attention),
                    flags, factory)
-    return Function(name, factory, reads, source)
+    return Function(name, factory, reads, source, tuple(roles.get(p) for p in read_ports))
 
 
 def _is_relative_bias(expr: E.Expr) -> bool:
@@ -140,3 +131,41 @@ def score_function(attention: Attention, ports: Namer, names: Namer, owner: str)
     doc = f"Scores {comment_text(E.to_text(score))}."
     source = _emit(name, "score, b, h, q_idx, kv_idx", body, doc, reads, [], [], factory)
     return Function(name, factory, reads, source)
+
+
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_.\[\]]+")
+
+
+def mask_table(uses: dict[str, tuple[Function, list[str]]]) -> str:
+    """`MASKS`: the module's statement of its masks, which tensorcad's runtime reads.
+
+    Each entry: the mask_mod itself (a mask of positions only) or the factory making
+    it, the forward's inputs that factory takes (by role, in order), and the design
+    paths of the attentions that run it. Paths are the design's JSON paths, made of
+    node indices and fixed keys only; anything else is refused, never pasted in.
+    """
+    lines = [
+        "# The masks this module's attentions run, so tensorcad's runtime can make each",
+        "# one anew over other rows: the mask_mod (a mask of positions only) or the",
+        "# factory that makes it from the forward's inputs named in `reads`, and the",
+        "# design's attentions that run it.",
+    ]
+    if not uses:
+        return "\n".join(lines + ["MASKS = {}"]) + "\n"
+    lines.append("MASKS = {")
+    for name, (fn, paths) in uses.items():
+        for path in paths:
+            if not _SAFE_PATH.fullmatch(path):
+                raise TensorcadError(path, "an attention's path holds characters codegen will not write")
+        roles = ", ".join("None" if r is None else f'"{r}"' for r in fn.roles) + ("," if len(fn.roles) == 1 else "")
+        attentions = ", ".join(f'"{p}"' for p in paths) + ("," if len(paths) == 1 else "")
+        lines += [
+            f'    "{name}": {{',
+            f'        "mask_mod": {name if fn.factory is None else "None"},',
+            f'        "factory": {fn.factory if fn.factory is not None else "None"},',
+            f'        "reads": ({roles}),',
+            f'        "attentions": ({attentions}),',
+            "    },",
+        ]
+    lines.append("}")
+    return "\n".join(lines) + "\n"

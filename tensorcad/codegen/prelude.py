@@ -6,7 +6,8 @@ factories and modules). Nothing here imports torch; the engine must stay free of
 
 The contract with the generator (names the generated code calls):
 
-- `attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None)`
+- `attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None)`, and
+  `recording_attend()`, the context manager recording its calls
 - `_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device)`, `RUNTIME_PATHS`, `COMPILE`
 - `rotary_tables(head_dim, max_len, theta)`, `rotate(x, cos, sin, positions=None)`
 - a mask factory marks the `mask_mod` it returns with `reads` (the tensors it indexes)
@@ -16,6 +17,7 @@ The contract with the generator (names the generated code calls):
 from __future__ import annotations
 
 IMPORTS = '''\
+import contextlib
 import math
 import sys
 import warnings
@@ -174,6 +176,34 @@ def _needs_backward(q, k, v, score_mod):
     )
 
 
+# Open recordings of attend calls (see recording_attend): (calls, around) pairs.
+_RECORDINGS = []
+
+
+@contextlib.contextmanager
+def recording_attend(around=None):
+    """Record every attend call made inside the block; yields the list of calls.
+
+    Each call is a dict of attend's keywords (mask_mod, score_mod, form, scale)
+    with the shapes of q and k. `around(run, q, k, v, **kwargs)`, when given,
+    runs in place of each attention and calls `run` for it (a tracer counts one
+    call's FLOPs so). tensorcad's runtime reads the masks a model runs this way.
+    """
+    recording = ([], around)
+    _RECORDINGS.append(recording)
+    try:
+        yield recording[0]
+    finally:
+        _RECORDINGS[:] = [r for r in _RECORDINGS if r is not recording]
+
+
+def _around(around, run):
+    def wrapped(q, k, v, **kwargs):
+        return around(run, q, k, v, **kwargs)
+
+    return wrapped
+
+
 def attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
     """Attention of q over k, v: (B, H, T, D), (B, H_kv, S, D) -> (B, H, T, D).
 
@@ -181,6 +211,21 @@ def attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
     FlexAttention; "eager" the same arithmetic in plain matmuls, which any
     device can differentiate and FlopCounterMode can count.
     """
+    kwargs = {
+        "mask_mod": mask_mod,
+        "score_mod": score_mod,
+        "form": form,
+        "scale": scale,
+    }
+    run = _attend
+    for calls, around in _RECORDINGS:
+        calls.append({**kwargs, "q": tuple(q.shape), "k": tuple(k.shape)})
+        if around is not None:
+            run = _around(around, run)
+    return run(q, k, v, **kwargs)
+
+
+def _attend(q, k, v, *, mask_mod=None, score_mod=None, form="flex", scale=None):
     if form not in ("flex", "eager"):
         raise ValueError(f"form must be 'flex' or 'eager', not {form!r}")
     if q.shape[1] % k.shape[1] != 0:

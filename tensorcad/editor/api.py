@@ -19,7 +19,8 @@ from functools import lru_cache
 from typing import Any
 
 from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
-from tensorcad.analysis.report import Report, analyze as analyze_design, reads_documents
+from tensorcad.analysis.report import Report, analyze as analyze_design
+from tensorcad.design.masks import reads_documents
 from tensorcad.design import load, preset_names, show
 from tensorcad.design.catalog import KINDS, catalog_text
 from tensorcad.design.expr import to_text

@@ -29,6 +29,7 @@ import numpy as np
 
 from tensorcad.design.expr import Box, Const, Env, Expr, evaluate, interval, read_range
 from tensorcad.design.expr.nodes import tensor_reads
+from tensorcad.design.masks import MADE_UP_ROLES
 from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing, draw
@@ -41,8 +42,8 @@ LEAF_SCORES = 4096
 CHUNK = 1 << 20
 # Beyond this many evaluated points, leaves are evaluated on a subgrid (an estimate).
 MAX_EVALUATED = 1 << 26
-# Roles whose values the preview can make up for a row: the packing's own.
-MADE_UP = ("documents", "positions")
+# Roles whose values the preview can make up for a row: the packing's own (design.masks).
+MADE_UP = MADE_UP_ROLES
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,8 @@ what the attention then costs and what a block-sparse kernel computes.
 
 from __future__ import annotations
 
-from tensorcad.analysis.report import Report, reads_documents
+from tensorcad.analysis.report import Report
+from tensorcad.design.masks import reads_documents
 from tensorcad.design.expr import to_text
 from tensorcad.design.model import Design, Node
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..design.expr import reads
+from ..design.masks import MADE_UP_ROLES
 from ..design.model import Design, Wire
 from .registry import Diagnostic, rule
 
-MASK_ROLES = ("documents", "positions")
+MASK_ROLES = MADE_UP_ROLES  # what a mask may read: what the engine can make up
 
 
 def _route(wire: Wire) -> str:

@@ -3,7 +3,8 @@
 Imports torch (through its submodules, on first use); the engine never does.
 Names load lazily, so `import tensorcad.runtime` stays cheap (and `scale` needs
 no torch). Modules are named for what they hold (`scaling`, `building`,
-`verification`, `tracing`, `training`), never after a function they export: an
+`verification`, `tracing`, `training`; the check registry is `certification`, its
+subject `subject`, its defaults `settings`), never after a function they export: an
 imported submodule would otherwise shadow the function of the same name.
 """
 
@@ -18,6 +19,10 @@ _LAZY = {
     "load_module": ("tensorcad.runtime.building", "load_module"),
     "verify": ("tensorcad.runtime.verification", "verify"),
     "VerifyReport": ("tensorcad.runtime.verification", "VerifyReport"),
+    "certify": ("tensorcad.runtime.certification", "certify"),
+    "Check": ("tensorcad.runtime.certification", "Check"),
+    "Subject": ("tensorcad.runtime.subject", "Subject"),
+    "Settings": ("tensorcad.runtime.settings", "Settings"),
     "check_isolation": ("tensorcad.runtime.isolation", "check_isolation"),
     "IsolationResult": ("tensorcad.runtime.isolation", "IsolationResult"),
     "Leak": ("tensorcad.runtime.isolation", "Leak"),

@@ -15,10 +15,10 @@ Two oracles, neither of them the engine:
   within the sampler's stated error of the analysis's ``keys_per_query``
   (0.5% for fixed lengths, 3% for spread-out ones).
 
-The model's mask is taken from the model itself: the mask_mod handed to
-``attend`` in a forward pass, rebuilt over new rows by calling the factory
-that made it (a closure named ``<factory>.<locals>.<mask>``, per the prelude's
-protocol), so what is compared is what the model runs.
+The model's masks are taken from the model itself: each mask_mod handed to
+``attend`` in a forward pass (``Model.recording_attend``), rebuilt over new
+rows by the factory the module's own ``MASKS`` table names for it, so what is
+compared is what the model runs.
 """
 
 from __future__ import annotations
@@ -32,87 +32,75 @@ from typing import Callable
 import numpy as np
 import torch
 
+from tensorcad.design.masks import BLOCK  # noqa: F401 - FlexAttention's default block, asked of blockmask by name
 from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing, draw
 
 ROWS = 256
-BLOCK = 128
 KEPT_TOLERANCE = 0.005  # the sampler's stated error against closed forms (docs/analysis.md)
 BLOCK_TOLERANCE = 0.001  # engine's total over the same rows against create_block_mask's
 
 MaskFor = Callable[[torch.Tensor, torch.Tensor], Callable]  # (documents, positions) -> mask_mod
 
 
-# -- the model's own mask ------------------------------------------------------------
+# -- the model's own masks -----------------------------------------------------------
 
 
-def captured_masks(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> list[Callable]:
-    """The distinct mask_mods the model hands to ``attend`` in one forward pass, in call order.
+@dataclass(frozen=True)
+class ModelMask:
+    """One distinct mask a generated model runs, read from its own MASKS table."""
 
-    ``attend`` is looked up in the generated module's globals at call time, so
-    wrapping it there for one call sees every layer's mask without changing
-    what runs.
-    """
-    namespace = type(model).forward.__globals__
-    if "attend" not in namespace:
-        raise TensorcadError("model", f"{type(model).__name__} is not a generated module (no attend)")
-    original = namespace["attend"]
-    seen: list[Callable] = []
-
-    def recording_attend(*args, **kwargs):
-        mask_mod = kwargs.get("mask_mod")
-        if mask_mod is not None and all(m.__name__ != mask_mod.__name__ for m in seen):
-            seen.append(mask_mod)
-        return original(*args, **kwargs)
-
-    namespace["attend"] = recording_attend
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        namespace["attend"] = original
-    return seen
+    name: str  # the mask_mod's name: what it keeps
+    attentions: tuple[str, ...]  # the design paths of the attentions that run it
+    make: MaskFor  # (documents, positions) -> the same mask_mod over those rows
 
 
-def mask_factory(mask_mod: Callable, namespace: dict, inputs: dict[str, torch.Tensor | None]) -> MaskFor:
-    """A function making ``mask_mod`` anew over other rows.
-
-    A mask of positions only is the same function for any rows. A mask that
-    reads tensors was made by a factory; its ``reads`` are matched to the
-    forward's inputs (documents, positions) to know which new tensor goes where.
-    """
-    reads = tuple(getattr(mask_mod, "reads", ()))
-    if not reads:
+def _maker(name: str, entry: dict) -> MaskFor:
+    if entry.get("factory") is None:
+        mask_mod = entry["mask_mod"]
         return lambda documents, positions: mask_mod
-    factory_name = mask_mod.__qualname__.split(".<locals>.")[0]
-    factory = namespace.get(factory_name)
-    if factory is None or factory is mask_mod:
-        raise TensorcadError("model", f"mask {mask_mod.__name__!r} reads tensors but its factory "
-                                      f"{factory_name!r} is not in the generated module")
-    roles = []
-    for tensor in reads:
-        role = next((r for r, t in inputs.items() if t is not None and (t is tensor or (
-            t.shape == tensor.shape and torch.equal(t, tensor)))), None)
-        if role is None:
-            raise TensorcadError("model", f"mask {mask_mod.__name__!r} reads a tensor that is "
-                                          "neither the documents nor the positions input")
-        roles.append(role)
+    factory, reads = entry["factory"], tuple(entry.get("reads", ()))
+    unknown = [r for r in reads if r not in ("documents", "positions")]
+    if unknown:
+        raise TensorcadError("model", f"mask {name!r} reads {unknown[0]!r}, which is neither the "
+                                      "documents nor the positions input")
 
     def make(documents: torch.Tensor, positions: torch.Tensor) -> Callable:
         given = {"documents": documents, "positions": positions}
-        return factory(*(given[r] for r in roles))
+        return factory(*(given[r] for r in reads))
 
     return make
 
 
-def model_mask(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> MaskFor | None:
-    """The first attention's mask of a generated model, as a maker over new rows (None: no mask)."""
-    masks = captured_masks(model, inputs)
-    if not masks:
-        return None
-    return mask_factory(masks[0], type(model).forward.__globals__,
-                        {"documents": inputs.get("documents"), "positions": inputs.get("positions")})
+def model_masks(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> list[ModelMask]:
+    """Every distinct mask the model hands to ``attend`` in one forward pass, in call order.
+
+    The module states its masks (``Model.masks``: name -> mask_mod or factory, the
+    inputs it reads, its attentions) and records its attend calls
+    (``Model.recording_attend``); a mask it runs that its table does not state is
+    an error, so what is compared is what the model runs.
+    """
+    table = getattr(type(model), "masks", None)
+    recording = getattr(type(model), "recording_attend", None)
+    if table is None or recording is None:
+        if table is not None or getattr(type(model), "runtime_paths", None) is not None:
+            raise TensorcadError("model", f"{type(model).__name__} states masks but records no attend calls")
+        return []  # a module with no attention states no masks
+    with torch.no_grad(), recording() as calls:
+        model(**inputs)
+    masks: list[ModelMask] = []
+    for call in calls:
+        mask_mod = call.get("mask_mod")
+        if mask_mod is None or any(m.name == mask_mod.__name__ for m in masks):
+            continue
+        entry = table.get(mask_mod.__name__)
+        if entry is None:
+            raise TensorcadError("model", f"attend ran the mask {mask_mod.__name__!r}, which the "
+                                          f"module's MASKS table does not state")
+        masks.append(ModelMask(mask_mod.__name__, tuple(entry.get("attentions", ())),
+                               _maker(mask_mod.__name__, entry)))
+    return masks
 
 
 # -- the rows ------------------------------------------------------------------------

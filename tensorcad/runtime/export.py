@@ -42,7 +42,8 @@ def export_form(model: torch.nn.Module, inputs: dict[str, torch.Tensor], form: s
                 atol: float = 1e-5) -> ExportResult:
     """Export ``model`` in ``form`` with ``inputs`` (forward's keyword arguments) as its example."""
     previous = getattr(model, "form", None)
-    paths = type(model).forward.__globals__.get("RUNTIME_PATHS", {})
+    paths = getattr(type(model), "runtime_paths", None)
+    paths = paths if paths is not None else {}
     start = time.perf_counter()
     try:
         if previous is not None:

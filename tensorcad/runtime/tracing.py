@@ -16,6 +16,7 @@ The totals close it: the linear rows sum to ``2 × params.matmul × tokens``.
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 
@@ -23,6 +24,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from tensorcad.design import Design, load
+from tensorcad.errors import TensorcadError
 
 
 @dataclass(frozen=True)
@@ -87,15 +89,23 @@ def trace(design: Design | str, *, seq: int | None = None, params: int = 2_000_0
 
     from .building import build
     from .scaling import scale
-    from .verification import _validate, make_inputs
+    from .settings import Settings
+    from .subject import draw_batch
+    from .verification import _validate
 
     design = load(design) if not isinstance(design, Design) else design
     small = scale(design, params=params)
     seq = min(256, small.context) if seq is None else seq
-    _validate(small, seq, rows, params)
-    packing = Packing(seq / 4, 1.0)
+    _validate(small, seq, rows)
+    if not 1 <= seq <= small.context:
+        raise TensorcadError("seq", f"expected tokens a row in 1..{small.context:,} (the scaled "
+                                    f"design's context), got {seq!r}")
+    packing = Packing(seq / 4, 1.0)  # a trace shows shapes: documents a quarter of the row
     model = build(small, form="eager", seed=seed)
-    inputs = make_inputs(small, model.config.vocab_size, rows, seq, packing, seed)
+    ids, documents, positions = draw_batch(small, Settings(seq=seq, pack=packing.mean, spread=packing.spread,
+                                                          params=params, seed=seed, rows=rows))
+    inputs = {"ids": ids, **{role: t for role, t in (("documents", documents), ("positions", positions))
+                             if small.input(role) is not None}}
     uses = small.input("documents") is not None
     report = analyze(small, OperatingPoint(seq=seq, packing=packing if uses else None, seed=seed))
     flops = report.training_flops
@@ -103,7 +113,7 @@ def trace(design: Design | str, *, seq: int | None = None, params: int = 2_000_0
     # per layer kept attention: the analysis's keys a query for each attention, in layer order
     kept_per_call = []
     from tensorcad.analysis.attention import keys_per_query
-    from tensorcad.analysis.report import reads_documents
+    from tensorcad.design.masks import reads_documents
 
     for attention, layers in small.attentions():
         pack = packing if uses and reads_documents(attention) else None
@@ -130,13 +140,11 @@ def trace(design: Design | str, *, seq: int | None = None, params: int = 2_000_0
     for module in model.modules():
         if not list(module.children()):
             handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
-    namespace = type(model).forward.__globals__
-    original = namespace["attend"]
     calls = iter(range(10**9))
 
-    def traced_attend(q, k, v, **kwargs):
+    def traced_attend(run, q, k, v, **kwargs):
         start = counter.get_total_flops()
-        out = original(q, k, v, **kwargs)
+        out = run(q, k, v, **kwargs)
         B, H, T, D = q.shape
         S = k.shape[-2]
         index = next(calls)
@@ -145,13 +153,13 @@ def trace(design: Design | str, *, seq: int | None = None, params: int = 2_000_0
                       counter.get_total_flops() - start, 4 * T * S * D * H * B, kept))
         return out
 
-    namespace["attend"] = traced_attend
+    recording = getattr(type(model), "recording_attend", None)
     try:
-        with warnings.catch_warnings(), torch.no_grad(), counter:
+        with warnings.catch_warnings(), torch.no_grad(), counter, (
+                recording(around=traced_attend) if recording is not None else contextlib.nullcontext()):
             warnings.simplefilter("ignore")
             model(**inputs)
     finally:
-        namespace["attend"] = original
         for h in handles:
             h.remove()
     return Trace(small.name, rows, seq, tuple(ops), counter.get_total_flops(),

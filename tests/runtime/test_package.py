@@ -7,10 +7,11 @@ import sys
 def test_public_names_survive_submodule_imports():
     code = (
         "import importlib, tensorcad.runtime as r\n"
-        "for m in ('scaling', 'building', 'verification', 'tracing', 'training', 'isolation'):\n"
+        "for m in ('scaling', 'building', 'verification', 'certification', 'subject', 'settings', 'tracing',\n"
+        "          'training', 'isolation'):\n"
         "    importlib.import_module('tensorcad.runtime.' + m)\n"
         "print(all(callable(getattr(r, n)) for n in ('scale', 'build', 'verify', 'trace', 'smoke_train',"
-        " 'check_isolation', 'load_module')))\n"
+        " 'check_isolation', 'load_module', 'certify')))\n"
     )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert run.stdout.strip() == "True", run.stderr

@@ -40,10 +40,11 @@ def test_nano_sort_passes_every_check_with_its_figures():
     assert flops["matmul"] == flops["expectedMatmul"] and flops["attention"] == flops["denseAttention"]
     # one 128-token block a row: the kernel computes it whole, as the eager form does
     assert flops["keptAttention"] < flops["blockAttention"] == flops["denseAttention"]
-    blocks = report.check("block-counts").figures
+    blocks = report.check("block-counts").figures["causal_same_document"]  # one entry a distinct mask
+    assert blocks["attention"] == "nodes[1].params.block.params.attention"
     assert blocks["torch"] == {**blocks["torch"], "full": blocks["engine"]["full"], "partial": blocks["engine"]["partial"]}
     assert blocks["mismatchedRows"] == [] and blocks["rows"] == 256
-    kept = report.check("kept-scores").figures
+    kept = report.check("kept-scores").figures["causal_same_document"]
     assert kept["countedPerQuery"] == pytest.approx(kept["engineExactPerQuery"], rel=1e-12)
     assert kept["difference"] <= 0.03
     iso = report.check("isolation[flex]").figures
@@ -111,7 +112,7 @@ def test_bad_input_names_the_argument(kwargs, path):
 
 @pytest.mark.slow
 def test_llama_3_8b_documents_passes_every_check_at_512_tokens_in_96_token_documents():
-    report = verify("llama-3-8b-documents", seq=512, packing=Packing(96, 1.0))
+    report = verify("llama-3-8b-documents", seq=512, packing=Packing(96, 1.0), params=2_000_000)
     assert report.passed, [(c.name, c.message) for c in report.failures]
     assert all(c.status == "passed" for c in report.checks)
     assert 1_500_000 < report.params < 3_000_000
@@ -133,4 +134,5 @@ def test_a_mask_that_keeps_nothing_agrees_with_nothing():
     attention["mask"] = "(doc(b, q) == doc(b, kv)) & (q * kv * q * kv * q > 1099511627776)"
     report = verify(raw, seq=256, checks=("block-counts", "kept-scores"))
     assert [c.status for c in report.checks] == ["passed", "passed"]
-    assert report.checks[0].figures["torch"]["full"] == report.checks[0].figures["torch"]["partial"] == 0
+    (blocks,) = report.checks[0].figures.values()
+    assert blocks["torch"]["full"] == blocks["torch"]["partial"] == 0

@@ -1,0 +1,71 @@
+"""The layering contracts (`lint-imports`, pyproject.toml) hold, and break when a forbidden import is added.
+
+Each broken case copies the two packages and the contracts to a temporary
+directory, adds one import, and runs `lint-imports` there: the contract it
+breaks must be named.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+pytest.importorskip("importlinter")
+
+
+def lint_imports(root: Path) -> subprocess.CompletedProcess:
+    env = {"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}
+    code = "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
+    return subprocess.run([sys.executable, "-c", code, "--no-cache"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def copy(tmp_path_factory):
+    """A copy of tensorcad/, harness/ and pyproject.toml, restored between cases."""
+    root = tmp_path_factory.mktemp("layers")
+    ignore = shutil.ignore_patterns("__pycache__", "static", "presets")
+    for package in ("tensorcad", "harness"):
+        shutil.copytree(ROOT / package, root / package, ignore=ignore)
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    return root
+
+
+def test_the_contracts_hold_here():
+    result = lint_imports(ROOT)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "4 kept, 0 broken" in result.stdout
+
+
+CASES = {
+    # module, import added, the contract's name it breaks
+    "design imports analysis": ("tensorcad/design/masks.py", "import tensorcad.analysis.report",
+                                "tensorcad.design imports no analysis"),
+    "engine imports harness": ("tensorcad/runtime/certification.py", "import harness.checks",
+                               "nothing in tensorcad imports harness"),
+    "analysis imports torch": ("tensorcad/analysis/blocks.py", "import torch",
+                               "the engine (everything but tensorcad.runtime) imports no torch itself"),
+    "a cycle": ("tensorcad/errors.py", "import tensorcad.packing",
+                "no two modules (or packages) of tensorcad or harness import each other"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_a_forbidden_import_breaks_its_contract(copy, case):
+    module, line, contract = CASES[case]
+    path = copy / module
+    original = path.read_text()
+    try:
+        path.write_text(original + f"\n\ndef _added():\n    {line}  # a lazy import is still an import\n")
+        result = lint_imports(copy)
+    finally:
+        path.write_text(original)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Broken contracts" in result.stdout, result.stdout
+    assert contract in result.stdout.split("Broken contracts")[-1], result.stdout  # named where it broke
