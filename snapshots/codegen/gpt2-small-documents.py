@@ -62,6 +62,12 @@ CONFIG = Config()
 #   uses_batch  False when the mask never reads b: one block mask serves all rows.
 #   uses_head   False when the mask never reads h: one block mask serves all heads.
 #               Absent means True, which is always correct, only larger.
+#   ranges      {"documents": (B, T) ids or None, "behind": n, "ahead": n}: the mask
+#               keeps -ahead <= q - kv <= behind (None: unbounded; a tuple: one a
+#               head) within one document. Its blocks are then decided from each
+#               block's first and last position and document, exactly as
+#               create_block_mask decides them, without evaluating the mask at
+#               every score (_block_mask_from_ranges). Absent: create_block_mask.
 # A score_mod that reads a table (T5's bias) carries `reads` too; it decides
 # whether training needs gradients through the attention.
 # ---------------------------------------------------------------------------
@@ -70,9 +76,9 @@ CONFIG = Config()
 # (tests, debugging); a piece whose compile fails is never tried again.
 COMPILE = {"flex_attention": True, "create_block_mask": True}
 
-# The path each piece last ran: create_block_mask "compiled" | "eager";
-# flex_attention "compiled" | "uncompiled"; attend "flex" | "eager" |
-# "eager-training-fallback".
+# The path each piece last ran: block_mask "from_ranges" | "create_block_mask";
+# create_block_mask "compiled" | "eager"; flex_attention "compiled" | "uncompiled";
+# attend "flex" | "eager" | "eager-training-fallback".
 RUNTIME_PATHS = {}
 
 # name -> compiled callable, or None once compiling failed here
@@ -139,19 +145,132 @@ def _block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device):
         and all(_same_state(a, b) for a, b in zip(entry[3], states))
     ):
         return entry[1]
-    block_mask = _run_compiled(
-        "create_block_mask",
-        create_block_mask,
-        "eager",
-        mask_mod,
-        rows,
-        heads,
-        Q_LEN,
-        KV_LEN,
-        device=device,
-    )
+    ranges = getattr(mask_mod, "ranges", None)
+    if ranges is not None and _ranges_fit(ranges, rows, Q_LEN, KV_LEN):
+        RUNTIME_PATHS["block_mask"] = "from_ranges"
+        block_mask = _block_mask_from_ranges(
+            mask_mod, ranges, rows, heads, Q_LEN, KV_LEN, device
+        )
+    else:
+        RUNTIME_PATHS["block_mask"] = "create_block_mask"
+        block_mask = _run_compiled(
+            "create_block_mask",
+            create_block_mask,
+            "eager",
+            mask_mod,
+            rows,
+            heads,
+            Q_LEN,
+            KV_LEN,
+            device=device,
+        )
     _BLOCK_MASKS[mask_mod.__name__] = (fingerprint, block_mask, reads, states)
     return block_mask
+
+
+BLOCK = 128  # FlexAttention's default block: create_block_mask's BLOCK_SIZE
+
+
+def _ranges_fit(ranges, rows, Q_LEN, KV_LEN):
+    """Whether the documents the ranges name are these rows' (self-attention, one a row)."""
+    documents = ranges["documents"]
+    if documents is None:
+        return True
+    return (
+        Q_LEN == KV_LEN
+        and documents.dim() == 2
+        and tuple(documents.shape) == (rows, Q_LEN)
+    )
+
+
+def _per_head(bound, unbounded, device):
+    """A bound on q - kv as a (heads or 1, 1, 1) integer tensor; None is `unbounded`."""
+    values = bound if isinstance(bound, tuple) else (bound,)
+    values = [unbounded if v is None else int(v) for v in values]
+    return torch.tensor(values, dtype=torch.int64, device=device).view(-1, 1, 1)
+
+
+def _span_of_blocks(documents, seq):
+    """Each block's least and greatest document id: (B, blocks) each.
+
+    Ids never fall along a row, so these are the block's first and last; the
+    minimum and maximum stay sound for any rows. The last block is padded with
+    the row's last id, which adds no document to it.
+    """
+    B = documents.shape[0]
+    blocks = -(-seq // BLOCK)
+    pad = blocks * BLOCK - seq
+    if pad:
+        documents = torch.cat((documents, documents[:, -1:].expand(B, pad)), dim=1)
+    per_block = documents.view(B, blocks, BLOCK)
+    return per_block.amin(dim=-1), per_block.amax(dim=-1)
+
+
+def _ordered(dense):
+    """(counts, indices) of the blocks set in dense (..., query blocks, key blocks),
+    in the order create_block_mask lists them (set ones first, ascending)."""
+    dense = dense.to(torch.int32)
+    counts = dense.sum(dim=-1, dtype=torch.int32)
+    indices = torch.argsort(dense, dim=-1, descending=True, stable=True)
+    return counts, indices.to(torch.int32)
+
+
+def _block_mask_from_ranges(mask_mod, ranges, B, H, Q_LEN, KV_LEN, device):
+    """The BlockMask create_block_mask would build, decided per block from ranges.
+
+    Per (query block, key block): q - kv spans q_lo - kv_hi .. q_hi - kv_lo, and
+    the documents span their first .. last id. A block holds a kept score when
+    the distances meet [-ahead, behind] and the documents overlap (skip it
+    otherwise); it keeps every score when the distances lie inside and both
+    blocks are one and the same document (computed whole, mask_mod unasked).
+    Anything between is computed and masked by mask_mod. Why this is exact:
+    `design/block_ranges.py` in tensorcad. A few dozen tensor ops over the
+    (B, H, T/128, S/128) blocks, whatever T is; nothing is compiled.
+    """
+    q_lo = torch.arange(0, Q_LEN, BLOCK, device=device)
+    kv_lo = torch.arange(0, KV_LEN, BLOCK, device=device)
+    q_hi = (q_lo + BLOCK - 1).clamp(max=Q_LEN - 1)
+    kv_hi = (kv_lo + BLOCK - 1).clamp(max=KV_LEN - 1)
+    nearest = q_lo[:, None] - kv_hi[None, :]  # (Tb, Sb) least q - kv
+    farthest = q_hi[:, None] - kv_lo[None, :]  # greatest q - kv
+    # No distance reaches Q_LEN + KV_LEN, so that bound is no bound.
+    behind = _per_head(ranges["behind"], Q_LEN + KV_LEN, device)  # (H or 1, 1, 1)
+    ahead = _per_head(ranges["ahead"], Q_LEN + KV_LEN, device)
+    some = (farthest >= -ahead) & (nearest <= behind)  # (H or 1, Tb, Sb)
+    every = (nearest >= -ahead) & (farthest <= behind)
+    documents = ranges["documents"]
+    if documents is not None:
+        first, last = _span_of_blocks(documents, Q_LEN)  # (B, Tb) each
+        overlap = (first[:, :, None] <= last[:, None, :]) & (
+            first[:, None, :] <= last[:, :, None]
+        )  # (B, Tb, Sb)
+        one = first == last
+        same = (
+            one[:, :, None] & one[:, None, :] & (first[:, :, None] == first[:, None, :])
+        )
+        some = some[None] & overlap[:, None]  # (B, H or 1, Tb, Sb)
+        every = every[None] & same[:, None]
+    else:
+        some, every = some[None], every[None]  # (1, H or 1, Tb, Sb)
+    shape = (B or 1, H or 1, q_lo.numel(), kv_lo.numel())
+    some, every = some.expand(shape), every.expand(shape).clone()
+    # create_block_mask pads Q and KV to whole blocks with masked scores, so a
+    # block holding padding is never full there; nor is it here.
+    if Q_LEN % BLOCK:
+        every[:, :, -1, :] = False
+    if KV_LEN % BLOCK:
+        every[:, :, :, -1] = False
+    kv_num_blocks, kv_indices = _ordered(some & ~every)
+    full_kv_num_blocks, full_kv_indices = _ordered(every)
+    return BlockMask.from_kv_blocks(
+        kv_num_blocks,
+        kv_indices,
+        full_kv_num_blocks,
+        full_kv_indices,
+        BLOCK_SIZE=(BLOCK, BLOCK),
+        mask_mod=mask_mod,
+        seq_lengths=(Q_LEN, KV_LEN),
+    )
 
 
 def _state_of(t):
@@ -267,6 +386,9 @@ def causal_same_document_mask(doc):
 
     causal_same_document.reads = (doc,)
     causal_same_document.uses_head = False
+    # Blocks decided from each block's first and last position and document,
+    # never score by score: keeps -ahead <= q - kv <= behind within one document (None: unbounded).
+    causal_same_document.ranges = dict(documents=doc, behind=None, ahead=0)
     return causal_same_document
 
 
