@@ -149,11 +149,15 @@ def block_ranges(attention: Attention) -> BlockRanges | None:
     """How the ranges decide ``attention``'s blocks exactly; None when they do not."""
     if attention.keep is None:
         return None
-    heads = attention.heads
     roles = {port: wire.role for port, wire in attention.tensors.items()}
+    return ranges_of(attention.keep, roles, attention.heads)
+
+
+def ranges_of(keep: Expr, roles: dict[str, str | None], heads: int) -> BlockRanges | None:
+    """``block_ranges`` of a kept set whose tensor ports have these roles, over ``heads`` heads."""
     documents = None
     upper = lower = None
-    for part in _conjuncts(attention.keep):
+    for part in _conjuncts(keep):
         if isinstance(part, Const) and part.value is True:
             continue
         port = _is_same_document(part, roles)
