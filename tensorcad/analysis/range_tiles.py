@@ -63,3 +63,32 @@ def decide_from_ranges(ranges: BlockRanges, batch: Rows, row: np.ndarray, head: 
     some = np.maximum(some_hi - some_lo, 0)
     full = np.minimum(np.maximum(every_hi - every_lo, 0), some)
     return full.astype(np.int64), (some - full).astype(np.int64)
+
+
+def kept_from_ranges(ranges: BlockRanges, batch: Rows, row: np.ndarray, head: np.ndarray,
+                     t: np.ndarray) -> np.ndarray:
+    """Keys each query (row, head, offset t) keeps: its document met with ``-ahead <= q - kv <= behind``.
+
+    What the sampler's bands add up to for these masks, where every band is
+    decided: the keys kept form one run, from the later of the document's start
+    and ``t - behind`` to the earlier of its end and ``t + ahead``.
+    """
+    seq = batch.seq
+    t = t.astype(np.int64)
+    behind = _per_entry(ranges.behind, head, 2 * seq)
+    ahead = _per_entry(ranges.ahead, head, 2 * seq)
+    start, end = np.zeros_like(t), np.full_like(t, seq - 1)
+    if ranges.documents is not None:
+        bounds = batch.boundaries
+        stride = seq + 1
+        cut_row = np.repeat(np.arange(batch.count), np.diff(bounds.offsets))
+        keys = cut_row * stride + bounds.cuts  # every boundary, sorted by row then offset
+        after = np.searchsorted(keys, row * stride + t, side="right")  # first boundary past t
+        has_next = after < bounds.offsets[row + 1]
+        has_previous = after > bounds.offsets[row]
+        cuts = np.append(bounds.cuts, seq)
+        end = np.where(has_next, cuts[np.minimum(after, len(cuts) - 1)] - 1, end)
+        start = np.where(has_previous, cuts[np.maximum(after - 1, 0)], start)
+    first = np.maximum(start, t - behind)
+    last = np.minimum(end, t + ahead)
+    return np.maximum(last - first + 1, 0).astype(np.float64)

@@ -67,3 +67,22 @@ def test_ranges_and_intervals_agree(name, seq):
     general = _decide_by_intervals(keep, roles, batch, row, head, qb, block, seq)
     assert np.array_equal(fast[0], general[0]) and np.array_equal(fast[1], general[1])
     assert fast[0].sum() + fast[1].sum() > 0
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_keys_from_ranges_equal_the_bands(name):
+    # The sampler's bands, decided coarse to fine, against the run each query keeps.
+    from tensorcad.analysis.attention import _kept_by_bands
+    from tensorcad.analysis.range_tiles import kept_from_ranges
+
+    a = attention(name)
+    seq = 1000
+    documents = np.concatenate([draw(12, seq, 96, 1.0, seed=5)[0], hand_made(seq)])
+    batch = Rows.from_arrays(documents, None)
+    rng = np.random.default_rng(0)
+    row = np.repeat(np.arange(batch.count), 40)
+    t = rng.integers(0, seq, len(row))
+    head = rng.integers(0, a.heads, len(row))
+    bands, _ = _kept_by_bands(a.keep, dict(tensor_roles(a)), batch, row, head, t, seq, a.causal,
+                              np.random.default_rng(1))
+    assert np.array_equal(kept_from_ranges(block_ranges(a), batch, row, head, t), bands)
