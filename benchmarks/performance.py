@@ -105,6 +105,13 @@ def section_sampler(tests: dict) -> list[str]:
 
 def section_block_masks(tests: dict, gb: float) -> list[str]:
     out = ["## Block masks from the documents", "",
+           "A generated model whose mask its blocks' ranges decide exactly (document masks with causality,",
+           "windows and per-head windows: `tensorcad/design/block_ranges.py` says which and why) builds its",
+           "BlockMask from each 128 × 128 block's first and last position and document: skip, compute whole",
+           "or compute and mask, a few binary searches a query block in torch, no score evaluated, nothing",
+           "compiled. Any other mask goes to create_block_mask. `RUNTIME_PATHS[\"block_mask\"]` says which ran",
+           "(`from_ranges` | `create_block_mask`); either way it is built once a forward pass and shared by",
+           "every layer.", "",
            "llama-3-8b-documents' own mask (`causal_same_document`), one row of documents of about",
            "1,024 tokens (exponential lengths). From documents: the generated module's",
            "`_block_mask_from_ranges`; create_block_mask eager, and compiled (warm: after its compile).", "",
