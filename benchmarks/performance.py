@@ -64,20 +64,24 @@ def section_analysis(tests: dict) -> list[str]:
     out = ["## The analysis", "",
            "`analyze` cold (every cache cleared; best of five) and warm (the cached report; median of 200),",
            "packing off and on (1,024-token documents, spread 1).", "",
-           "| preset | seq | packing | cold | warm |", "|---|---:|---|---:|---:|"]
+           "| preset | seq | packing | cold | cold, CPU time | warm |", "|---|---:|---|---:|---:|---:|"]
     targets = []
     for b in sorted(tests.get("test_analysis_cold_and_warm", []),
                     key=lambda b: (b["extra_info"]["preset"], b["extra_info"]["seq"], b["extra_info"]["packed"])):
         e = b["extra_info"]
         out.append(f"| {e['preset']} | {e['seq']:,} | {'on' if e['packed'] else 'off'} | {ms(e['cold_s'])} "
-                   f"| {e['warm_s'] * 1e6:,.1f} µs |")
+                   f"| {ms(e.get('cold_cpu_s'))} | {e['warm_s'] * 1e6:,.1f} µs |")
         for kind in ("cold", "warm"):
             if f"{kind}_target_s" in e:
                 figure, target = e[f"{kind}_s"], e[f"{kind}_target_s"]
+                cpu = e.get("cold_cpu_s") if kind == "cold" else None
                 targets.append(f"| {kind} packed llama-3-8b-documents at {e['seq']:,} | {ms(figure)} | "
-                               f"≤ {ms(target)} | {e[f'{kind}_headroom']:.2f}× | {verdict(figure <= target)} |")
-    out += ["", "Targets (issue #17), headroom = target ÷ figure:", "",
-            "| figure | this run | target | headroom | |", "|---|---:|---:|---:|---|", *targets]
+                               f"{ms(cpu)} | ≤ {ms(target)} | {e[f'{kind}_headroom']:.2f}× | "
+                               f"{verdict(figure <= target)} |")
+    out += ["", "Targets (issue #17), judged on wall time; headroom = target ÷ wall time. The CPU time",
+            "(this process's own) is what the run would take on an idle core:", "",
+            "| figure | wall time | CPU time | target | headroom | |", "|---|---:|---:|---:|---:|---|",
+            *targets]
     blocks = tests.get("test_engine_blocks_vs_create_block_mask", [])
     for b in blocks:
         e = b["extra_info"]
@@ -237,6 +241,15 @@ def cuda_section() -> list[str]:
     return out
 
 
+def merged(runs: list[dict]) -> dict:
+    """One run of every benchmark: a test measured again (a later run) replaces the earlier."""
+    benchmarks = {}
+    for run in runs:
+        for bench in run["benchmarks"]:
+            benchmarks[bench["fullname"]] = bench
+    return {**runs[-1], "benchmarks": list(benchmarks.values())}
+
+
 def render(run: dict, about: dict, seconds: float | None) -> str:
     tests = by_test(run)
     gb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
@@ -258,13 +271,14 @@ def render(run: dict, about: dict, seconds: float | None) -> str:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--from", dest="saved", type=Path, help="a saved pytest-benchmark JSON run")
+    parser.add_argument("--from", dest="saved", type=Path, nargs="+",
+                        help="saved pytest-benchmark JSON runs (a later run's test replaces an earlier's)")
     parser.add_argument("-o", "--output", type=Path, default=ROOT / "docs" / "performance.md")
     args = parser.parse_args(argv)
     about = machine()
     start = time.perf_counter()
     if args.saved:
-        run, seconds = json.loads(args.saved.read_text()), None
+        run, seconds = merged([json.loads(p.read_text()) for p in args.saved]), None
     else:
         # Kept (git ignores .benchmarks/) so the page can be rendered again with --from.
         path = ROOT / ".benchmarks" / "performance-run.json"
