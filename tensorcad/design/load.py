@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import TensorcadError
+from ..errors import TensorcadError, did_you_mean
 from .model import Design
 from .resolve import resolve
 
@@ -28,7 +28,8 @@ def read(source: str | Path) -> dict[str, Any]:
             path = PRESETS / f"{text_source}.json"
         elif not path.exists():
             raise TensorcadError(
-                "", f"{text_source!r} is neither a preset ({', '.join(preset_names())}) nor a .json/.yaml file"
+                "", f"{text_source!r} is neither a preset nor a .json/.yaml file"
+                f"{did_you_mean(text_source, preset_names())} (presets: {', '.join(preset_names())})"
             )
     try:
         size = path.stat().st_size

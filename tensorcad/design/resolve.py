@@ -17,7 +17,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import TensorcadError, join
+from ..errors import TensorcadError, did_you_mean, join
 from . import expr as E
 from .catalog import KINDS, ROLES
 from .model import Attention, Design, Input, Node, Wire
@@ -126,7 +126,7 @@ class _Resolver:
                 raise TensorcadError(join(path, "kind"), "missing")
             if node["kind"] not in KINDS:
                 raise TensorcadError(
-                    join(path, "kind"), f"unknown kind {node['kind']!r} (kinds: {', '.join(KINDS)})"
+                    join(path, "kind"), f"unknown kind {node['kind']!r}{did_you_mean(node['kind'], KINDS)} (kinds: {', '.join(KINDS)})"
                 )
             wires = _object(node.get("in", {}), join(path, "in"))
             for port, ref in wires.items():
@@ -385,7 +385,7 @@ class _Resolver:
             _no_unknown(block, ("kind", "params"), bpath, "a block")
         kind_name = block.get("kind")
         if kind_name not in KINDS:
-            raise TensorcadError(join(bpath, "kind"), f"unknown kind {kind_name!r} (kinds: {', '.join(KINDS)})")
+            raise TensorcadError(join(bpath, "kind"), f"unknown kind {kind_name!r}{did_you_mean(kind_name, KINDS)} (kinds: {', '.join(KINDS)})")
         kind = KINDS[kind_name]
         if kind.port("x") is None or kind.name in ("embedding", "stack"):
             raise TensorcadError(join(bpath, "kind"), f"a stack repeats a block that maps x to x; {kind_name!r} does not")
