@@ -294,6 +294,7 @@ def main(argv=None) -> int:
     parser.add_argument("--from", dest="saved", type=Path, nargs="+",
                         help="saved pytest-benchmark JSON runs (a later run's test replaces an earlier's)")
     parser.add_argument("-o", "--output", type=Path, default=ROOT / "docs" / "performance.md")
+    parser.add_argument("--note", default="", help="a line under the header (how this page's runs were made)")
     args = parser.parse_args(argv)
     about = machine()
     start = time.perf_counter()
@@ -306,7 +307,11 @@ def main(argv=None) -> int:
         run_benchmarks(path)
         run = json.loads(path.read_text())
         seconds = time.perf_counter() - start
-    args.output.write_text(render(run, about, seconds))
+    page = render(run, about, seconds)
+    if args.note:
+        page = page.replace(" Do not edit by hand: run it again.\n",
+                            f" Do not edit by hand: run it again.\n{args.note}\n", 1)
+    args.output.write_text(page)
     print(f"wrote {args.output}")
     return 0
 
