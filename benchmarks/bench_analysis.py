@@ -1,31 +1,39 @@
-"""How fast the analysis measures a packing, against PyTorch's create_block_mask on the same rows.
+"""How fast the analysis is, cold and warm, and how the sampler's error falls with its evaluations.
 
-Run: python -m pytest benchmarks/bench_analysis.py --benchmark-only
+Run: python -m pytest benchmarks/bench_analysis.py -o python_files='bench_*.py'
 
-The bounds are the issue's: the whole cold report of llama-3-8b-documents
-(``analyze``: unpacked and packed, sampler and blocks, every cache cleared)
-under 100 ms at 8,192 tokens and under 1 s at 131,072 (best of five rounds,
-since the machine is shared); the engine's block count at least 1,000 times
-faster per row than create_block_mask.
+- Every preset, packing off and on (1,024-token documents, spread 1), at 8,192 and
+  131,072 tokens: ``analyze`` cold (every cache cleared, best of five rounds, since
+  the machine is shared) and warm (the cached report). Targets (issue #17): the
+  packed analysis of llama-3-8b-documents cold at 8,192 <= 25 ms, warm <= 0.1 ms,
+  cold at 131,072 <= 1 s. Each figure goes in extra_info beside its target and its
+  headroom (target / figure), never asserted: absolute times depend on the machine.
+- The engine's block count per row against create_block_mask's, timed in the same run.
+- The sampler's error against its evaluation count: keys per query from 64 to 1,024
+  rows against the closed forms (fixed lengths over every phase; gamma lengths'
+  edge-corrected form), over several seeds.
 """
 
 from __future__ import annotations
 
 import time
 
+import numpy as np
 import pytest
 
+from tensorcad import closed_form
 from tensorcad.analysis import attention, blocks, report
 from tensorcad.analysis.attention import keys_per_query
 from tensorcad.analysis.blocks import block_counts
 from tensorcad.analysis.operating_point import OperatingPoint
-from tensorcad.design import load
+from tensorcad.design import load, preset_names
 from tensorcad.packing import Packing, draw
 
 DESIGN = load("llama-3-8b-documents")
 LLAMA = DESIGN.attentions()[0][0]
 PACKING = Packing(1024, 1.0)
 TORCH_ROWS = 8  # create_block_mask is timed on a sample of the rows, then scaled per row
+TARGETS = {("cold", 8192): 0.025, ("warm", 8192): 0.0001, ("cold", 131072): 1.0}
 
 
 def clear_caches() -> None:
@@ -35,16 +43,51 @@ def clear_caches() -> None:
     report.clear_caches()
 
 
-def cold(seq: int) -> None:
-    clear_caches()
-    report.analyze(DESIGN, OperatingPoint(seq=seq, packing=PACKING))
+@pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
+@pytest.mark.parametrize("seq", [8192, 131072])
+@pytest.mark.parametrize("preset", preset_names())
+def test_analysis_cold_and_warm(benchmark, preset, seq, packed):
+    if benchmark.disabled and (preset != "nano-sort" or seq > 8192):
+        pytest.skip("CI smoke run: nano-sort at 8,192 only")
+    design = load(preset)
+    op = OperatingPoint(seq=seq, packing=PACKING if packed else None)
+
+    def cold():
+        clear_caches()
+        return report.analyze(design, op)
+
+    rounds = 1 if benchmark.disabled else 5
+    benchmark.pedantic(cold, rounds=rounds, iterations=1, warmup_rounds=0 if benchmark.disabled else 1)
+    cold_s = min(_timed(cold) for _ in range(rounds))
+    # CPU time of this process: what other processes' load inflates least (wall time
+    # on a shared machine includes waiting for a core).
+    cold_cpu_s = min(_timed(cold, time.process_time) for _ in range(rounds))
+    report.analyze(design, op)
+    warm = sorted(_timed(lambda: report.analyze(design, op)) for _ in range(200))
+    warm_s = warm[len(warm) // 2]
+    info = {"preset": preset, "seq": seq, "packed": packed, "cold_s": cold_s,
+            "cold_cpu_s": cold_cpu_s, "warm_s": warm_s}
+    if preset == "llama-3-8b-documents" and packed:
+        for kind, figure in (("cold", cold_s), ("warm", warm_s)):
+            target = TARGETS.get((kind, seq))
+            if target is not None:
+                info[f"{kind}_target_s"] = target
+                info[f"{kind}_headroom"] = target / figure
+    benchmark.extra_info.update(info)
+
+
+def _timed(fn, clock=time.perf_counter) -> float:
+    start = clock()
+    fn()
+    return clock() - start
 
 
 def test_engine_blocks_vs_create_block_mask(benchmark):
     torch = pytest.importorskip("torch")
     from torch.nn.attention.flex_attention import create_block_mask
 
-    seq, rows = 8192, 1024
+    seq, rows = (1024, 64) if benchmark.disabled else (8192, 1024)
+    torch_rows = 1 if benchmark.disabled else TORCH_ROWS
     keys_per_query(LLAMA, seq, PACKING)  # the rows are drawn (and cached) once, as in the analysis
 
     def engine():
@@ -52,9 +95,9 @@ def test_engine_blocks_vs_create_block_mask(benchmark):
         block_counts(LLAMA, seq, PACKING, rows=rows)
 
     benchmark(engine)
-    engine_per_row = benchmark.stats.stats.mean / rows
+    engine_per_row = min(_timed(engine) for _ in range(5)) / rows
 
-    documents, _ = draw(TORCH_ROWS, seq, PACKING.mean, PACKING.spread, seed=0)
+    documents, _ = draw(torch_rows, seq, PACKING.mean, PACKING.spread, seed=0)
     doc = torch.from_numpy(documents)
 
     def same_document_causal(b, h, q_idx, kv_idx):
@@ -62,37 +105,49 @@ def test_engine_blocks_vs_create_block_mask(benchmark):
         return (q_idx >= kv_idx) & (flat[b * seq + q_idx] == flat[b * seq + kv_idx])
 
     start = time.perf_counter()
-    for r in range(TORCH_ROWS):  # one row a call: B=1 bounds the dense (T, T) mask's memory
+    for r in range(torch_rows):  # one row a call: B=1 bounds the dense (T, T) mask's memory
         create_block_mask(lambda b, h, q, kv: same_document_causal(b + r, h, q, kv), B=1, H=None,
                           Q_LEN=seq, KV_LEN=seq, device="cpu")
-    torch_per_row = (time.perf_counter() - start) / TORCH_ROWS
-    ratio = torch_per_row / engine_per_row
-    benchmark.extra_info.update(engine_s_per_row=engine_per_row, torch_s_per_row=torch_per_row,
-                                per_row_ratio=ratio)
-    assert ratio >= 1000
+    torch_per_row = (time.perf_counter() - start) / torch_rows
+    benchmark.extra_info.update(seq=seq, engine_s_per_row=engine_per_row,
+                                torch_s_per_row=torch_per_row,
+                                per_row_ratio=torch_per_row / engine_per_row)
 
 
-@pytest.mark.parametrize("seq,limit", [(8192, 0.1), (131072, 1.0)])
-def test_cold_packed_analysis(benchmark, seq, limit):
-    benchmark.pedantic(cold, args=(seq,), rounds=5, iterations=1, warmup_rounds=1)
-    benchmark.extra_info["limit_s"] = limit
-    assert benchmark.stats.stats.min < limit
+CURVE_ROWS = (64, 128, 256, 512, 1024)
+CURVE_SEEDS = 8
+CURVE_SEQ = 8192
 
 
-def test_warm_packed_analysis(benchmark):
-    keys_per_query(LLAMA, 8192, PACKING)
-
-    def warm():
-        keys_per_query(LLAMA, 8192, PACKING)
-
-    benchmark(warm)
-    assert benchmark.stats.stats.mean < 0.001
+@pytest.mark.parametrize("spread", [0.0, 1.0], ids=["fixed", "exponential"])
+def test_sampler_error_against_evaluations(benchmark, monkeypatch, spread):
+    packing = Packing(1024, spread)
+    exact = (closed_form.fixed_phase_average(CURVE_SEQ, 1024) if spread == 0
+             else closed_form.edge_corrected(CURVE_SEQ, 1024, spread))
+    row_counts = CURVE_ROWS[:2] if benchmark.disabled else CURVE_ROWS
+    seeds = 2 if benchmark.disabled else CURVE_SEEDS
+    curve = []
+    for rows in row_counts:
+        monkeypatch.setattr(attention, "ROWS", rows)  # the sampler's rows, and so its evaluations
+        errors, evaluations = [], []
+        for seed in range(seeds):
+            clear_caches()
+            estimate = keys_per_query(LLAMA, CURVE_SEQ, packing, seed=seed)
+            errors.append(estimate.mean / exact - 1)
+            evaluations.append(estimate.samples)  # boxes decided plus keys drawn
+        curve.append({"rows": rows, "evaluations": float(np.mean(evaluations)),
+                      "rms_error": float(np.sqrt(np.mean(np.square(errors)))),
+                      "max_error": float(np.max(np.abs(errors)))})
+    monkeypatch.setattr(attention, "ROWS", 1024)
+    clear_caches()
+    benchmark(keys_per_query, LLAMA, CURVE_SEQ, packing)
+    benchmark.extra_info.update(spread=spread, seq=CURVE_SEQ, mean=1024, closed_form=exact,
+                                seeds=seeds, curve=curve)
 
 
 def test_draw_1024_rows_of_8192(benchmark):
-    """The one packing draw the engine, runtime and harness share: about 30 ms here."""
-    from tensorcad.packing import draw
-
-    draw(1024, 8192, 1024, 1.0, seed=0)  # first touch of the memory
-    benchmark(draw, 1024, 8192, 1024, 1.0, seed=0)
-    assert benchmark.stats.stats.min < 0.25
+    """The one packing draw the engine, runtime and harness share."""
+    rows = 16 if benchmark.disabled else 1024
+    draw(rows, 8192, 1024, 1.0, seed=0)  # first touch of the memory
+    benchmark(draw, rows, 8192, 1024, 1.0, seed=0)
+    benchmark.extra_info["rows"] = rows

@@ -30,6 +30,7 @@ from tensorcad.runtime.building import build  # noqa: E402
 from tensorcad.runtime.scaling import scale  # noqa: E402
 
 LAYERS, B, T, MEAN = 8, 2, 1024, 96
+SMOKE_T = 128  # --benchmark-disable (CI): one small batch
 ROUNDS = 6
 
 
@@ -46,15 +47,24 @@ def eight_layers(compile_: bool):
 @pytest.mark.parametrize("compile_", [False, True], ids=["uncompiled", "compiled"])
 def test_forward_block_mask_once_a_batch_vs_every_layer(benchmark, compile_):
     warnings.simplefilter("ignore")
+    if benchmark.disabled and compile_:
+        pytest.skip("CI smoke run: the uncompiled form only (a compile takes ~17 s)")
+    seq, rounds = (SMOKE_T, 1) if benchmark.disabled else (T, ROUNDS)
     model, ns = eight_layers(compile_)
     vocab = model.config.vocab_size
     real_attend, real_run_compiled = ns["attend"], ns["_run_compiled"]
     builds, every_layer = [], [False]
 
+    real_from_ranges = ns["_block_mask_from_ranges"]
+
     def counting_run_compiled(name, *args, **kwargs):
         if name == "create_block_mask":
             builds.append(name)
         return real_run_compiled(name, *args, **kwargs)
+
+    def counting_from_ranges(*args, **kwargs):
+        builds.append("from_ranges")
+        return real_from_ranges(*args, **kwargs)
 
     def attend(*args, **kwargs):
         if every_layer[0]:
@@ -62,11 +72,12 @@ def test_forward_block_mask_once_a_batch_vs_every_layer(benchmark, compile_):
         return real_attend(*args, **kwargs)
 
     ns["_run_compiled"], ns["attend"] = counting_run_compiled, attend
+    ns["_block_mask_from_ranges"] = counting_from_ranges
     seeds = iter(range(10**6))
 
     def batch():
-        documents, _ = draw(B, T, MEAN, 1.0, seed=next(seeds))
-        ids = torch.randint(0, vocab, (B, T))
+        documents, _ = draw(B, seq, MEAN, 1.0, seed=next(seeds))
+        ids = torch.randint(0, vocab, (B, seq))
         return ids, torch.from_numpy(documents)
 
     def forward(ids, documents, rebuild):
@@ -79,12 +90,12 @@ def test_forward_block_mask_once_a_batch_vs_every_layer(benchmark, compile_):
     torch.testing.assert_close(forward(ids, documents, False), forward(ids, documents, True), rtol=0, atol=0)
 
     builds.clear()
-    benchmark.pedantic(forward, setup=lambda: ((*batch(), False), {}), rounds=ROUNDS, iterations=1)
-    builds_once = len(builds) / ROUNDS
+    benchmark.pedantic(forward, setup=lambda: ((*batch(), False), {}), rounds=rounds, iterations=1)
+    builds_once = len(builds) / rounds
 
     builds.clear()
     once_s, every_s, ratios = [], [], []
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         ids, documents = batch()
         start = time.perf_counter()
         forward(ids, documents, False)
@@ -96,12 +107,12 @@ def test_forward_block_mask_once_a_batch_vs_every_layer(benchmark, compile_):
         ratios.append((end - middle) / (middle - start))
     ratio = statistics.median(ratios)
     benchmark.extra_info.update(
-        layers=LAYERS, B=B, T=T, mean_document=MEAN, params=sum(p.numel() for p in model.parameters()),
+        layers=LAYERS, B=B, T=seq, mean_document=MEAN, params=sum(p.numel() for p in model.parameters()),
         paths=dict(ns["RUNTIME_PATHS"]), builds_per_forward_once_a_batch=builds_once,
-        builds_per_forward_every_layer=len(builds) / ROUNDS - builds_once,
+        builds_per_forward_every_layer=len(builds) / rounds - builds_once,
         median_s_once_a_batch=statistics.median(once_s), median_s_every_layer=statistics.median(every_s),
         ratio_every_layer_to_once=ratio,
     )
-    assert builds_once == 1 and len(builds) / ROUNDS == 1 + LAYERS
+    assert builds_once == 1 and len(builds) / rounds == 1 + LAYERS
     print(f"\n{ns['RUNTIME_PATHS']}: once a batch {statistics.median(once_s):.3f} s, every layer "
           f"{statistics.median(every_s):.3f} s, ratio {ratio:.2f}")

@@ -14,7 +14,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 import numpy as np
-from scipy.special import gammaincc, gammainccinv
 
 from tensorcad.design.masks import BLOCK
 from tensorcad.errors import TensorcadError, check_integer
@@ -128,6 +127,8 @@ def age_survival(mean: float, spread: float, ages: np.ndarray) -> np.ndarray:
     if spread == 0:
         length = max(1.0, np.floor(mean + 0.5))
         return np.maximum(length - ages, 0.0) / length
+    from scipy.special import gammaincc, gammainccinv  # here, not at load: see packing.py
+
     shape = 1.0 / spread**2
     scale = mean * spread**2
     # P(L >= m) for m = 1, 2, ... until the tail holds nothing a float can see

@@ -23,7 +23,6 @@ import numbers
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.special import gammaincinv
 
 from tensorcad.corpus.histogram import Lengths
 from tensorcad.errors import TensorcadError, check_integer
@@ -180,6 +179,9 @@ def document_lengths(mean: float, spread: float, count: int, seed: int = 0) -> n
     else:
         shape = 1.0 / spread**2
         scale = mean * spread**2
+        # Imported here, not at load: scipy.special alone takes longer than `tensorcad --help`.
+        from scipy.special import gammaincinv
+
         strata = (np.arange(count, dtype=np.float64) + 0.5) / count
         lengths = gammaincinv(shape, strata) * scale
     whole = np.maximum(np.floor(lengths + 0.5), 1).astype(np.int64)

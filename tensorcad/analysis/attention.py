@@ -58,6 +58,9 @@ from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import MAX_SEQ, Packing
 
+from tensorcad.design.block_ranges import ranges_of
+
+from .range_tiles import kept_from_ranges
 from .rows import Rows, packed_rows, tensor_roles
 
 ROWS = 1024
@@ -146,8 +149,24 @@ def _sampled(keep: Expr | None, heads: int, roles: tuple[tuple[str, str], ...], 
         query_t = np.minimum(np.floor(fraction * real[query_row]), real[query_row] - 1).astype(np.int64)
         weight = real[query_row] / real.mean()
     query_head = (strata % heads).ravel()
-    points = _Queries(keep, role_of, rows, query_row, query_head, query_t)
+    ranges = ranges_of(keep, role_of, heads)
+    if ranges is not None:
+        # Every band of such a mask is decided (never a key drawn), so the bands would
+        # add up to exactly this: each query's document met with its distance bounds.
+        kept = kept_from_ranges(ranges, rows, query_row, query_head, query_t)
+        mean, stderr = _control_variate(kept, rows, query_row, query_t, weight)
+        return KeysEstimate(mean, False, stderr, len(kept))
+    kept, evaluated = _kept_by_bands(keep, role_of, rows, query_row, query_head, query_t, seq,
+                                     causal, rng)
+    mean, stderr = _control_variate(kept, rows, query_row, query_t, weight)
+    return KeysEstimate(mean, False, stderr, evaluated)
 
+
+def _kept_by_bands(keep: Expr, role_of: dict[str, str], rows: Rows, query_row: np.ndarray,
+                   query_head: np.ndarray, query_t: np.ndarray, seq: int, causal: bool,
+                   rng: np.random.Generator) -> tuple[np.ndarray, int]:
+    """Keys each query keeps, by bands decided coarse to fine (keys drawn past the budget)."""
+    points = _Queries(keep, role_of, rows, query_row, query_head, query_t)
     owner, lo, hi = _bands(query_t, seq, forward=not causal)
     kept = np.zeros(len(query_t))
     budget = REFINE_BUDGET * len(owner)
@@ -176,8 +195,7 @@ def _sampled(keep: Expr | None, heads: int, roles: tuple[tuple[str, str], ...], 
             if draw_from is maybe:
                 break
         owner, lo, hi = _split(owner[split], lo[split], hi[split])
-    mean, stderr = _control_variate(kept, rows, query_row, query_t, weight)
-    return KeysEstimate(mean, False, stderr, evaluated)
+    return kept, evaluated
 
 
 class _Queries:

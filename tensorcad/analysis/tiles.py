@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tensorcad.design.block_ranges import ranges_of
 from tensorcad.design.expr import Box, Const, Expr, interval, variables
 from tensorcad.design.expr.nodes import tensor_reads
 from tensorcad.design.masks import BLOCK, countable, keeps_only_the_past
@@ -22,6 +23,7 @@ from tensorcad.errors import check_integer
 from tensorcad.packing import MAX_SEQ, Packing
 
 from .attention import _gathered, bare_variables, keys_per_query
+from .range_tiles import decide_from_ranges
 from .rows import Rows, tensor_roles
 
 DEFAULT_BLOCK = BLOCK
@@ -105,6 +107,21 @@ def tile_verdicts(attention: Attention, documents: np.ndarray, positions: np.nda
 
 def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, head: np.ndarray,
             qb: np.ndarray, block: int, seq: int) -> tuple[np.ndarray, np.ndarray]:
+    """Full and partial tiles in each (row, head, query block).
+
+    A mask whose ranges decide its tiles exactly (``design.block_ranges``) is
+    counted from them directly; any other by the interval interpreter. Both
+    reach the same verdicts where both apply.
+    """
+    ranges = ranges_of(keep, role_of, int(head.max()) + 1 if len(head) else 1)
+    if ranges is not None:
+        return decide_from_ranges(ranges, batch, row, head, qb, block, seq)
+    return _decide_by_intervals(keep, role_of, batch, row, head, qb, block, seq)
+
+
+def _decide_by_intervals(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray,
+                         head: np.ndarray, qb: np.ndarray, block: int,
+                         seq: int) -> tuple[np.ndarray, np.ndarray]:
     """Full and partial tiles in each (row, head, query block), decided coarse to fine.
 
     Every range the interpreter reads is float64 and gathered flat (one index

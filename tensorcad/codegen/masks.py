@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ..design import expr as E
+from ..design.block_ranges import BlockRanges, block_ranges
 from ..design.masks import is_same_document
 from ..design.model import Attention
 from ..errors import TensorcadError
@@ -70,17 +71,36 @@ def _body_lines(name: str, args: str, body: str, doc: str, indent: str) -> list[
     return lines + layout.statement(indent + "    ", "return ", body)
 
 
+def _bound(values: tuple[int | None, ...]) -> str:
+    return repr(values[0]) if len(values) == 1 else repr(tuple(values))
+
+
+def _ranges_lines(name: str, ranges: BlockRanges | None, documents: str | None,
+                  indent: str) -> list[str]:
+    """`name.ranges = dict(...)`: what the prelude builds the block mask from, exactly."""
+    if ranges is None:
+        return []
+    args = [f"documents={documents}", f"behind={_bound(ranges.behind)}",
+            f"ahead={_bound(ranges.ahead)}"]
+    within = " within one document" if documents else ""
+    return [f"{indent}# Blocks decided from each block's first and last position and document,",
+            f"{indent}# never score by score: keeps -ahead <= q - kv <= behind{within}"
+            " (None: unbounded)."] + layout.call(indent, f"{name}.ranges = dict(", args)
+
+
 def _emit(name: str, args: str, body: str, doc: str, reads: tuple[str, ...],
-          comments: list[str], flags: list[str], factory: str | None) -> str:
+          comments: list[str], flags: list[str], factory: str | None,
+          ranges: list[str] = ()) -> str:
     if factory is None:
         lines = comments + _body_lines(name, args, body, doc, "")
-        lines += ["", ""] + [f"{name}.{flag}" for flag in flags]
+        lines += ["", ""] + [f"{name}.{flag}" for flag in flags] + list(ranges)
         return "\n".join(lines).rstrip() + "\n"
     lines = comments + [f"def {factory}({', '.join(reads)}):",
                         f'    """Makes `{name}` over the (B, T) tensors it indexes."""', ""]
     lines += _body_lines(name, args, body, doc, "    ")
     lines += ["", f"    {name}.reads = ({', '.join(reads)},)"]
     lines += [f"    {name}.{flag}" for flag in flags]
+    lines += list(ranges)
     lines += [f"    return {name}"]
     return "\n".join(lines) + "\n"
 
@@ -103,8 +123,11 @@ def mask_function(attention: Attention, roles: dict[str, str | None], ports: Nam
     if "h" not in used:
         flags.append("uses_head = False")
     doc = f"Keeps {comment_text(E.to_text(keep))}."
+    exact = block_ranges(attention)
+    documents = None if exact is None or exact.documents is None else ports(exact.documents)
+    ranges = _ranges_lines(name, exact, documents, "    " if factory else "")
     source = _emit(name, "b, h, q_idx, kv_idx", body, doc, reads, _window_comment(attention),
-                   flags, factory)
+                   flags, factory, ranges)
     return Function(name, factory, reads, source, tuple(roles.get(p) for p in read_ports))
 
 

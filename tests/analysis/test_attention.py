@@ -151,11 +151,14 @@ def test_sampler_is_every_window_of_its_stream(spread):
 
 
 def test_deterministic_and_seeded():
+    # A windowed document mask: for doc(b, q) == doc(b, kv) alone the control variate
+    # gives every seed the same exact mean, so the seed could not show.
+    windowed = attention("(doc(b, q) == doc(b, kv)) & (q - kv < 100)", roles={"doc": "documents"})
     clear_caches()
-    first = keys_per_query(DOCUMENTS, 4096, Packing(300, 1.0), seed=3)
+    first = keys_per_query(windowed, 4096, Packing(300, 1.0), seed=3)
     clear_caches()
-    assert keys_per_query(DOCUMENTS, 4096, Packing(300, 1.0), seed=3) == first
-    assert keys_per_query(DOCUMENTS, 4096, Packing(300, 1.0), seed=4) != first
+    assert keys_per_query(windowed, 4096, Packing(300, 1.0), seed=3) == first
+    assert keys_per_query(windowed, 4096, Packing(300, 1.0), seed=4).mean != first.mean
 
 
 def test_quarter_of_a_million_evaluations():

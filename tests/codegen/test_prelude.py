@@ -138,7 +138,9 @@ def test_eager_equals_flex(ns, case, H_kv):
     flex = ns["attend"](q, k, v, form="flex", **CASES[case])
     assert ns["RUNTIME_PATHS"] == {
         "attend": "flex", "flex_attention": "uncompiled",
-        **({"create_block_mask": "eager"} if "mask_mod" in CASES[case] else {}),
+        # these hand-written masks carry no `ranges`: create_block_mask builds theirs
+        **({"block_mask": "create_block_mask", "create_block_mask": "eager"}
+           if "mask_mod" in CASES[case] else {}),
     }
     torch.testing.assert_close(eager, flex, rtol=0, atol=1e-5)
 
@@ -413,7 +415,8 @@ def test_compile_failure_falls_back_quietly(ns):
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         flex = ns["attend"](q, k, v, form="flex", mask_mod=sliding_window_64)
     assert ns["RUNTIME_PATHS"] == {
-        "attend": "flex", "create_block_mask": "eager", "flex_attention": "uncompiled"
+        "attend": "flex", "block_mask": "create_block_mask", "create_block_mask": "eager",
+        "flex_attention": "uncompiled",
     }
     assert ns["_COMPILED"] == {"create_block_mask": None, "flex_attention": None}
     eager = ns["attend"](q, k, v, form="eager", mask_mod=sliding_window_64)
@@ -434,7 +437,8 @@ def test_compiled_flex_and_block_mask_agree_with_eager():
                 eager = ns["attend"](eager, k, v, form="eager", mask_mod=same_document(documents))
             torch.testing.assert_close(eager, flex, rtol=0, atol=1e-4)
     assert ns["RUNTIME_PATHS"] == {
-        "attend": "eager", "create_block_mask": "compiled", "flex_attention": "compiled"
+        "attend": "eager", "block_mask": "create_block_mask", "create_block_mask": "compiled",
+        "flex_attention": "compiled",
     }
     assert len(calls) == 2  # once per batch
 

@@ -146,9 +146,10 @@ def test_block_mask_built_once_per_forward_and_kept_once_per_mask():
     scaled, model = small("llama-3-8b-documents", 60_000, depth=8)
     assert sum(n.repeat for n in scaled.nodes if n.kind == "stack") == 8
     ns = namespace(model)
-    calls = []
-    real = ns["create_block_mask"]
-    ns["create_block_mask"] = lambda *a, **k: calls.append(1) or real(*a, **k)
+    calls, pointwise = [], []
+    real = ns["_block_mask_from_ranges"]
+    ns["_block_mask_from_ranges"] = lambda *a, **k: calls.append(1) or real(*a, **k)
+    ns["create_block_mask"] = lambda *a, **k: pointwise.append(1)
     ids = torch.zeros(1, 16, dtype=torch.long)
     with torch.no_grad():
         for step in range(3):
@@ -156,6 +157,8 @@ def test_block_mask_built_once_per_forward_and_kept_once_per_mask():
             model(ids, documents=docs)
             assert len(calls) == step + 1
     assert len(ns["_BLOCK_MASKS"]) == 1
+    # document-causal is decided from the documents' ranges, never score by score
+    assert ns["RUNTIME_PATHS"]["block_mask"] == "from_ranges" and not pointwise
 
 
 def _many_forward_passes(n):
