@@ -17,9 +17,13 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import TensorcadError, join
+import keyword
+import re
+
+from ..errors import TensorcadError, join, shown
 from . import expr as E
 from .catalog import KINDS, ROLES
+from .expr.nodes import FUNCTIONS, INDEX_NAMES, SCORE_NAME
 from .model import Attention, Design, Input, Node, Wire
 from .schema import Kind, check_params
 
@@ -27,13 +31,20 @@ _TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output")
 _NODE_KEYS = ("id", "kind", "in", "params", "description")
 MAX_NODES = 10_000
 MAX_ID = 64
+# A port handed down by name is read in expressions and named in generated
+# code, so it is a plain identifier that no expression name already means:
+# the indices, score, an attention's own params, the functions, and the
+# projections' q/k/v ports it would shadow.
+PORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+RESERVED_PORTS = frozenset({*INDEX_NAMES, SCORE_NAME, *FUNCTIONS, "k", "v", "x",
+                            "heads", "kv_heads", "head_dim", "window", "self", "torch", "math"})
 
 
 def _check_id(value: Any, path: str, what: str) -> str:
     if not isinstance(value, str) or not value:
-        raise TensorcadError(path, f"{what} must be a non-empty string, got {value!r}")
-    if len(value) > MAX_ID or any(ord(c) < 32 for c in value):
-        raise TensorcadError(path, f"{what} {value[:MAX_ID]!r}... must be at most {MAX_ID} printable characters")
+        raise TensorcadError(path, f"{what} must be a non-empty string, got {shown(value)}")
+    if len(value) > MAX_ID or not value.isprintable():
+        raise TensorcadError(path, f"{what} {shown(value, MAX_ID)} must be at most {MAX_ID} printable characters")
     return value
 
 
@@ -47,6 +58,11 @@ def _no_unknown(obj: dict, allowed: tuple[str, ...], path: str, what: str) -> No
     for key in obj:
         if key not in allowed:
             raise TensorcadError(join(path, str(key)), f"unknown key {key!r} in {what} (keys: {', '.join(allowed)})")
+
+
+def _check_kind(value: Any, path: str) -> None:
+    if not isinstance(value, str) or value not in KINDS:
+        raise TensorcadError(path, f"unknown kind {shown(value)} (kinds: {', '.join(KINDS)})")
 
 
 class _Resolver:
@@ -99,8 +115,8 @@ class _Resolver:
             spec = _object(spec, path)
             _no_unknown(spec, ("role", "description"), path, "an input")
             role = spec.get("role", "tokens")
-            if role not in ROLES:
-                raise TensorcadError(join(path, "role"), f"{role!r} is not a role ({', '.join(ROLES)})")
+            if not isinstance(role, str) or role not in ROLES:
+                raise TensorcadError(join(path, "role"), f"{shown(role)} is not a role ({', '.join(ROLES)})")
             if any(i.role == role for i in self.inputs.values()):
                 raise TensorcadError(join(path, "role"), f"a second input of role {role!r}; a design takes at most one")
             self.inputs[name] = Input(name, role, path)
@@ -124,14 +140,15 @@ class _Resolver:
                 raise TensorcadError(join(path, "id"), f"duplicate id {id!r}")
             if "kind" not in node:
                 raise TensorcadError(join(path, "kind"), "missing")
-            if node["kind"] not in KINDS:
-                raise TensorcadError(
-                    join(path, "kind"), f"unknown kind {node['kind']!r} (kinds: {', '.join(KINDS)})"
-                )
+            _check_kind(node["kind"], join(path, "kind"))
             wires = _object(node.get("in", {}), join(path, "in"))
             for port, ref in wires.items():
-                if not isinstance(ref, str):
-                    raise TensorcadError(join(join(path, "in"), port), f"expected an input or node id, got {ref!r}")
+                ppath = join(join(path, "in"), port)
+                if not isinstance(ref, str) or not ref:
+                    raise TensorcadError(ppath, f"expected an input or node id, got {shown(ref)}")
+                if not PORT_NAME.fullmatch(port) or keyword.iskeyword(port):
+                    raise TensorcadError(ppath, f"port {shown(port)} is not a name (letters, digits and _, "
+                                                "at most 64, not a Python keyword)")
             self.raw_nodes[id] = (index, node)
         for id, (index, node) in self.raw_nodes.items():
             for port, ref in node.get("in", {}).items():
@@ -177,6 +194,9 @@ class _Resolver:
             if spec is None and not kind.extra_ports:
                 ports = ", ".join(p.name for p in kind.ports) or "none"
                 raise TensorcadError(ppath, f"unknown port {port!r} for kind {kind.name!r} (ports: {ports})")
+            if spec is None and port in RESERVED_PORTS:
+                raise TensorcadError(ppath, f"port name {port!r} is reserved (an expression or projection already "
+                                            f"means it: {', '.join(sorted(RESERVED_PORTS))}); rename the port")
             sources[port] = ref
             if port == "x" and kind.name == "embedding":
                 if ref not in self.inputs:
@@ -384,8 +404,7 @@ class _Resolver:
         if "params" in block:
             _no_unknown(block, ("kind", "params"), bpath, "a block")
         kind_name = block.get("kind")
-        if kind_name not in KINDS:
-            raise TensorcadError(join(bpath, "kind"), f"unknown kind {kind_name!r} (kinds: {', '.join(KINDS)})")
+        _check_kind(kind_name, join(bpath, "kind"))
         kind = KINDS[kind_name]
         if kind.port("x") is None or kind.name in ("embedding", "stack"):
             raise TensorcadError(join(bpath, "kind"), f"a stack repeats a block that maps x to x; {kind_name!r} does not")
