@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import TensorcadError
+from .errors import TensorcadError, shown
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -25,6 +27,37 @@ class _Parser(argparse.ArgumentParser):
         raise TensorcadError("", f"{self.prog}: {message} (see --help)")
 
 
+_INTEGER = re.compile(r"[+-]?[0-9]+")
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def integer(text: str) -> int:
+    """An option's integer in ASCII digits: int() would also take '٣' (Arabic-Indic three) or '1_0'."""
+    if len(text) > 30 or not _INTEGER.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"expected an integer in ASCII digits, got {shown(text)}")
+    return int(text)
+
+
+def number(text: str) -> float:
+    """An option's finite number in ASCII (no 'nan', 'inf' or non-ASCII digits)."""
+    if len(text) > 40 or not _NUMBER.fullmatch(text) or not math.isfinite(float(text)):
+        raise argparse.ArgumentTypeError(f"expected a finite number in ASCII digits, got {shown(text)}")
+    return float(text)
+
+
+def filename(text: str) -> str:
+    """A file the user names to write: not empty (an empty --out was silently ignored)."""
+    if not text or "\0" in text or len(text) > 4096:
+        raise argparse.ArgumentTypeError(f"expected a file name, got {shown(text)}")
+    return text
+
+
+# Where the operating point names a field, the command line names its option.
+OPTION_OF = {"seq": "--seq", "packing.mean": "--pack", "packing.spread": "--pack-spread", "hardware": "--hardware",
+             "gpus": "--gpus", "mfu": "--mfu", "pricePerGpuHour": "--price", "tokens": "--tokens",
+             "trainDtype": "--train-dtype", "serveDtype": "--serve-dtype"}
+
+
 def write_output(path: str, text: str, option: str) -> None:
     """Write a file the user named, turning the OS's refusal into one line."""
     try:
@@ -35,9 +68,10 @@ def write_output(path: str, text: str, option: str) -> None:
 
 def _emit(data: Any, args: argparse.Namespace) -> None:
     text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-    if getattr(args, "out", None):
-        write_output(args.out, text, "--out")
-    if getattr(args, "json", False) or not getattr(args, "out", None):
+    out = getattr(args, "out", None)
+    if out is not None:
+        write_output(out, text, "--out")
+    if getattr(args, "json", False) or out is None:
         sys.stdout.write(text)
 
 
@@ -106,18 +140,18 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
     from .analysis.operating_point import DEFAULTS, HARDWARE
 
     g = p.add_argument_group("operating point")
-    g.add_argument("--seq", type=int, help="tokens a sequence (default: the design's context)")
-    g.add_argument("--pack", type=float, metavar="MEAN",
+    g.add_argument("--seq", type=integer, help="tokens a sequence (default: the design's context)")
+    g.add_argument("--pack", type=number, metavar="MEAN",
                    help="train on packed rows of documents of this mean length (default: off, one document a row)")
-    g.add_argument("--pack-spread", type=float, metavar="C",
+    g.add_argument("--pack-spread", type=number, metavar="C",
                    help="coefficient of variation of document lengths: 0 fixed, 1 exponential (default 1 with --pack)")
     g.add_argument("--hardware", default=DEFAULTS["hardware"], choices=sorted(HARDWARE),
                    help=f"accelerator (default {DEFAULTS['hardware']})")
-    g.add_argument("--gpus", type=int, default=DEFAULTS["gpus"], help=f"accelerators (default {DEFAULTS['gpus']:,})")
-    g.add_argument("--mfu", type=float, default=DEFAULTS["mfu"], help=f"model FLOP utilisation (default {DEFAULTS['mfu']})")
-    g.add_argument("--price", type=float, default=DEFAULTS["price"], metavar="USD",
+    g.add_argument("--gpus", type=integer, default=DEFAULTS["gpus"], help=f"accelerators (default {DEFAULTS['gpus']:,})")
+    g.add_argument("--mfu", type=number, default=DEFAULTS["mfu"], help=f"model FLOP utilisation (default {DEFAULTS['mfu']})")
+    g.add_argument("--price", type=number, default=DEFAULTS["price"], metavar="USD",
                    help=f"price per accelerator-hour (default {DEFAULTS['price']})")
-    g.add_argument("--tokens", type=float, help="training tokens (default: Chinchilla's 20 per parameter)")
+    g.add_argument("--tokens", type=number, help="training tokens (default: Chinchilla's 20 per parameter)")
     g.add_argument("--train-dtype", default=DEFAULTS["train_dtype"], help=f"training dtype (default {DEFAULTS['train_dtype']})")
     g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
 
@@ -131,12 +165,17 @@ def packing_option(args: argparse.Namespace):
 def operating_point(args: argparse.Namespace, design) -> Any:
     from .analysis.operating_point import OperatingPoint
 
-    return OperatingPoint(
-        seq=args.seq if args.seq is not None else design.context,
-        packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
-        price_per_gpu_hour=args.price, tokens=args.tokens,
-        train_dtype=args.train_dtype, serve_dtype=args.serve_dtype,
-    )
+    try:
+        return OperatingPoint(
+            seq=args.seq if args.seq is not None else design.context,
+            packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
+            price_per_gpu_hour=args.price, tokens=args.tokens,
+            train_dtype=args.train_dtype, serve_dtype=args.serve_dtype,
+        )
+    except TensorcadError as e:
+        if e.path == "seq" and args.seq is None:
+            raise TensorcadError("--seq", f"the design's context {design.context:,}: {e.message}") from None
+        raise TensorcadError(OPTION_OF.get(e.path, e.path), e.message) from None
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -145,7 +184,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     design = load(args.design)
     report = analyze(design, operating_point(args, design))
-    if args.json or args.out:
+    if args.json or args.out is not None:
         _emit(report.to_json(), args)
     else:
         _console().print(render(report))
@@ -175,7 +214,7 @@ def cmd_codegen(args: argparse.Namespace) -> int:
 
         design = scale(design, params=args.scale)
     source = generate(design)
-    if args.output:
+    if args.output is not None:
         write_output(args.output, source, "--output")
     else:
         sys.stdout.write(source)
@@ -246,7 +285,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("design")
     add_operating_point(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--out", metavar="FILE", help="write the JSON report to FILE")
+    p.add_argument("--out", metavar="FILE", type=filename, help="write the JSON report to FILE")
 
     p = command("rules", "Lint a design at an operating point; exit 1 on an error.", cmd_rules)
     p.add_argument("design")
@@ -255,42 +294,42 @@ def parser() -> argparse.ArgumentParser:
 
     p = command("codegen", "Write the design's PyTorch module (needs only torch).", cmd_codegen)
     p.add_argument("design")
-    p.add_argument("--scale", type=int, metavar="PARAMS", help="shrink to about PARAMS parameters first")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("--scale", type=integer, metavar="PARAMS", help="shrink to about PARAMS parameters first")
+    p.add_argument("-o", "--output", metavar="FILE", type=filename, help="write to FILE instead of stdout")
 
     p = command("verify", "Build the scaled model and prove it: forward, FLOPs, export, isolation, blocks.",
                 _runtime_command("verify"))
     p.add_argument("design")
-    p.add_argument("--seq", type=int, help="tokens a row (default 512, or the scaled design's context if shorter)")
-    p.add_argument("--pack", type=float, metavar="MEAN", help="mean document length (default: a quarter of the row)")
-    p.add_argument("--pack-spread", type=float, metavar="C", help="document length spread (default 1)")
-    p.add_argument("--params", type=int, default=2_000_000, help="scale to about this many parameters (default 2,000,000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seq", type=integer, help="tokens a row (default 512, or the scaled design's context if shorter)")
+    p.add_argument("--pack", type=number, metavar="MEAN", help="mean document length (default: a quarter of the row)")
+    p.add_argument("--pack-spread", type=number, metavar="C", help="document length spread (default 1)")
+    p.add_argument("--params", type=integer, default=2_000_000, help="scale to about this many parameters (default 2,000,000)")
+    p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
 
     p = command("certify", "Run the harness's checks on designs without pytest; exit 1 on a failure.",
                 _runtime_command("certify"))
     p.add_argument("designs", nargs="+", metavar="DESIGN")
-    p.add_argument("--seq", type=int, help="tokens a row (default 512, or the design's context if shorter)")
+    p.add_argument("--seq", type=integer, help="tokens a row (default 512, or the design's context if shorter)")
     p.add_argument("--json", action="store_true")
 
     p = command("smoke-train", "Train the scaled model a few hundred steps and report a falling loss.",
                 _runtime_command("smoke_train"))
     p.add_argument("design")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--params", type=int, default=2_000_000)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--steps", type=integer, default=300)
+    p.add_argument("--params", type=integer, default=2_000_000)
+    p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--json", action="store_true")
 
     p = command("trace", "Print each op of a forward pass with its shapes and FLOPs beside the analysis.",
                 _runtime_command("trace"))
     p.add_argument("design")
-    p.add_argument("--seq", type=int, help="tokens a row (default 256, or the design's context if shorter)")
-    p.add_argument("--params", type=int, default=2_000_000)
+    p.add_argument("--seq", type=integer, help="tokens a row (default 256, or the design's context if shorter)")
+    p.add_argument("--params", type=integer, default=2_000_000)
     p.add_argument("--json", action="store_true")
     p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)
     p.add_argument("design", nargs="?", help="a design to open (default: a preset picker)")
-    p.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: any free one)")
+    p.add_argument("--port", type=integer, default=0, help="port on 127.0.0.1 (default: any free one)")
     p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
     command("mcp", "Serve the engine as MCP tools over stdio (presets, catalog, show, analyze, rules, codegen).",
             cmd_mcp)

@@ -62,12 +62,9 @@ def join(path: str, key: str | int) -> str:
     if isinstance(key, int) and not isinstance(key, bool):
         return f"{path}[{key}]"
     key = str(key)
-    if not _PLAIN_KEY.fullmatch(key):
-        key = shown(key, 40)
+    if not key or len(key) > 200 or not key.isprintable() or any(c.isspace() or c in "'\"" for c in key):
+        key = shown(key, 40)  # a key that is not a plain name is quoted, so the path still reads
     return f"{path}.{key}" if path else key
-
-
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 
 
 def check_integer(value: object, path: str, low: int, high: int) -> int:
