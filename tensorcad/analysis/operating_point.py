@@ -49,7 +49,7 @@ DEFAULTS = {
 
 def _number(value: object, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TensorcadError(path, f"{value!r} is not a finite number")
+        raise TensorcadError(path, f"{shown(value)} is not a finite number")
     return float(value)
 
 
@@ -69,7 +69,7 @@ class OperatingPoint:
 
     def __post_init__(self) -> None:
         if isinstance(self.seq, bool) or not isinstance(self.seq, int):
-            raise TensorcadError("seq", f"{self.seq!r} is not an integer")
+            raise TensorcadError("seq", f"{shown(self.seq)} is not an integer")
         if not 1 <= self.seq <= MAX_SEQ:
             raise TensorcadError("seq", f"{self.seq} is outside 1..{MAX_SEQ:,} (2^24)")
         if self.packing is not None and not isinstance(self.packing, Packing):
@@ -79,7 +79,7 @@ class OperatingPoint:
         if not isinstance(self.hardware, str) or self.hardware not in HARDWARE:
             raise TensorcadError("hardware", f"unknown hardware {shown(self.hardware)} ({', '.join(HARDWARE)})")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or not 1 <= self.gpus <= 1_000_000:
-            raise TensorcadError("gpus", f"{self.gpus!r} is not an integer in 1..1,000,000")
+            raise TensorcadError("gpus", f"{shown(self.gpus)} is not an integer in 1..1,000,000")
         mfu = _number(self.mfu, "mfu")
         if not 0 < mfu <= 1:
             raise TensorcadError("mfu", f"{mfu} is outside (0, 1]")
@@ -98,7 +98,7 @@ class OperatingPoint:
                 "trainDtype", f"{self.hardware} has no {self.train_dtype} peak ({', '.join(HARDWARE[self.hardware]['peak'])})"
             )
         if isinstance(self.block, bool) or not isinstance(self.block, int) or not 1 <= self.block <= 4096:
-            raise TensorcadError("block", f"{self.block!r} is not an integer in 1..4096")
+            raise TensorcadError("block", f"{shown(self.block)} is not an integer in 1..4096")
 
     def _check_packed_work(self) -> None:
         from .attention import ROWS

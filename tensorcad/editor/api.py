@@ -25,7 +25,7 @@ from tensorcad.design.catalog import KINDS, catalog_text
 from tensorcad.design.expr import to_text
 from tensorcad.design.load import parse_text
 from tensorcad.design.model import Design
-from tensorcad.errors import TensorcadError, join
+from tensorcad.errors import TensorcadError, join, shown
 from tensorcad.packing import packing_of
 from tensorcad.rules import check
 
@@ -52,7 +52,7 @@ def _design(value: Any) -> Design:
     """A design object, or a preset's name; never a file path."""
     if isinstance(value, str):
         if value not in preset_names():
-            raise TensorcadError("design", f"{value!r} is not a preset ({', '.join(preset_names())})")
+            raise TensorcadError("design", f"{shown(value)} is not a preset ({', '.join(preset_names())})")
         return load(value)
     return load(_object(value, "design"))
 
@@ -197,7 +197,7 @@ def preview(body: Any) -> dict:
         raise TensorcadError("attention", "the design has no attention to preview")
     index = body.get("attention", 0)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(attentions):
-        raise TensorcadError("attention", f"expected an integer in [0, {len(attentions) - 1}], got {index!r}")
+        raise TensorcadError("attention", f"expected an integer in [0, {len(attentions) - 1}], got {shown(index)}")
     attention, layers = attentions[index]
     # Packing is a condition of training: only a mask that reads documents sees it.
     packing = op.packing if reads_documents(attention) else None
