@@ -163,15 +163,17 @@ def packing_option(args: argparse.Namespace):
 
 
 def operating_point(args: argparse.Namespace, design) -> Any:
-    from .analysis.operating_point import OperatingPoint
+    from .analysis.operating_point import OperatingPoint, check_budget
 
     try:
-        return OperatingPoint(
+        op = OperatingPoint(
             seq=args.seq if args.seq is not None else design.context,
             packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
             price_per_gpu_hour=args.price, tokens=args.tokens,
             train_dtype=args.train_dtype, serve_dtype=args.serve_dtype,
         )
+        check_budget(design, op)
+        return op
     except TensorcadError as e:
         if e.path == "seq" and args.seq is None:
             raise TensorcadError("--seq", f"the design's context {design.context:,}: {e.message}") from None

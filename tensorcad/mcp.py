@@ -138,11 +138,11 @@ def _design(design: Design):
 
 
 def _op(design, seq, pack, pack_spread, hardware, gpus, mfu, price_per_gpu_hour, tokens):
-    from .analysis.operating_point import DEFAULTS, OperatingPoint
+    from .analysis.operating_point import DEFAULTS, OperatingPoint, check_budget
     from .packing import packing_of
 
     try:
-        return OperatingPoint(
+        op = OperatingPoint(
             seq=design.context if seq is None else seq,
             packing=packing_of(pack, pack_spread),
             hardware=DEFAULTS["hardware"] if hardware is None else hardware,
@@ -151,6 +151,8 @@ def _op(design, seq, pack, pack_spread, hardware, gpus, mfu, price_per_gpu_hour,
             price_per_gpu_hour=DEFAULTS["price"] if price_per_gpu_hour is None else price_per_gpu_hour,
             tokens=tokens,
         )
+        check_budget(design, op)
+        return op
     except TensorcadError as e:
         raise TensorcadError(ARGUMENT_OF.get(e.path, e.path), e.message) from None
 

@@ -18,6 +18,22 @@ MAX_SEQ = 1 << 24
 # minutes and gigabytes, so it is refused up front, naming seq or the mean.
 MAX_PACKED_SEQ = 1 << 22
 MAX_STREAM_DOCUMENTS = 1 << 22
+# A mask that reads made-up rows (documents, positions) is sampled over rows
+# of seq tokens whose lookup tables grow with rows x seq (1.1 GB at 2^22).
+MAX_MADE_UP_SEQ = 1 << 22
+
+
+def check_budget(design, op: "OperatingPoint") -> None:
+    """Refuse, up front, an operating point this design could not be analysed at within the budget."""
+    from ..design.expr import reads
+
+    if op.seq <= MAX_MADE_UP_SEQ:
+        return
+    for attention, _ in design.attentions():
+        if attention.keep is not None and reads(attention.keep) & set(attention.tensors):
+            raise TensorcadError("seq", f"{op.seq:,} tokens is more than {MAX_MADE_UP_SEQ:,} (2^22), the longest "
+                                        f"row the analysis samples made-up documents over within its budget "
+                                        f"({attention.path} reads them)")
 
 # Dense (no structured sparsity) peak FLOP/s per dtype and memory bandwidth per GPU.
 # Sources: NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); NVIDIA H100 Tensor Core

@@ -18,7 +18,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
+from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint, check_budget
 from tensorcad.analysis.report import Report, analyze as analyze_design, reads_documents
 from tensorcad.design import load, preset_names, show
 from tensorcad.design.catalog import KINDS, catalog_text
@@ -79,7 +79,7 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             raise TensorcadError(join("op", e.path), e.message) from None
     context = design.context if design is not None else 8192
     try:
-        return OperatingPoint(
+        op = OperatingPoint(
             seq=given.get("seq", context),
             packing=packing,
             hardware=given.get("hardware", DEFAULTS["hardware"]),
@@ -88,6 +88,9 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             price_per_gpu_hour=given.get("pricePerGpuHour", DEFAULTS["price"]),
             tokens=given.get("tokens"),
         )
+        if design is not None:
+            check_budget(design, op)
+        return op
     except TensorcadError as e:
         raise TensorcadError(join("op", e.path), e.message) from None
 
