@@ -344,6 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = top.parse_args(argv)
         if not getattr(args, "fn", None):
             top.print_help()
+            sys.stderr.write("tensorcad: name a command (see the list above, or --help)\n")
             return EXIT_BAD_INPUT
         return args.fn(args)
     except TensorcadError as e:

@@ -91,6 +91,12 @@ class Handler(BaseHTTPRequestHandler):
     # -- responses -------------------------------------------------------------
 
     def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None) -> None:
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # answer with a status line and headers, never bare HTTP/0.9
+            self.close_connection = True
+        if self.command != "POST" and (self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding")) \
+                if getattr(self, "headers", None) is not None else False:
+            self.close_connection = True  # a body that is not read must not be taken for the next request
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -119,10 +125,14 @@ class Handler(BaseHTTPRequestHandler):
         except AttributeError:  # pragma: no cover
             short = "error"
         self.close_connection = True
+        # http.server answers an unknown method with 501 and an unknown version with 505: bad input, so 4xx.
+        if code == HTTPStatus.NOT_IMPLEMENTED:
+            code, short, message = HTTPStatus.METHOD_NOT_ALLOWED, "Method Not Allowed", \
+                f"{shown(getattr(self, 'command', '') or '')} is not allowed (GET, POST)"
+        elif code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:
+            code, short = HTTPStatus.BAD_REQUEST, "Bad Request"
         if getattr(self, "command", None) is None:
             self.command = "GET"  # a request line too broken to name a method still gets a body
-        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
-            self.request_version = "HTTP/1.0"  # so the refusal carries a status line and headers
         self._json(code, {"error": one_line(f"{short}: {message or short}")[:300], "path": ""},
                    {"Connection": "close"})
 
