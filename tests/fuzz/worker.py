@@ -170,7 +170,8 @@ class Worker:
         from tensorcad.errors import TensorcadError
         from tensorcad.packing import Packing
 
-        preset = "nano-sort" if case["field"] == "mask" else "t5-bias"
+        # A mask reading documents goes where documents are wired; any other where none are (an unread port is refused).
+        preset = ("t5-bias" if case["field"] == "score" else "nano-sort" if "doc" in case["text"] else "gpt2-small")
         raw = load(preset).to_dict()
         attention = next(item for item in _dicts(raw) if "heads" in item and "causal" in item)
         attention[case["field"]] = case["text"]
@@ -262,11 +263,24 @@ class Worker:
             except (ValueError, KeyError, TypeError):
                 if not case["request"].startswith("HEAD "):
                     broken = f"HTTP {status} without a one-line JSON error: {body[:200]!r}"
+        if broken is None and status is not None and status < 400 and _foreign(case["request"], port):
+            broken = f"HTTP {status} to a request from another Host or Origin"
         probe, _ = _exchange(port, f"GET /static/none HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
         if broken is None and probe != 404:
             broken = f"the server stopped answering (probe gave {probe})"
         return {"ok": broken is None, "why": broken,
                 "outcome": "refused" if status is None or status >= 400 else "result"}
+
+
+def _foreign(request: str, port: int) -> bool:
+    """Whether the request names a Host other than this server or an Origin other than its page."""
+    head = request.replace("{PORT}", str(port)).split("\r\n\r\n", 1)[0].split("\r\n")[1:]
+    fields = [line.split(":", 1) for line in head if ":" in line]
+    ours = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    hosts = [v.strip().lower() for k, v in fields if k.strip().lower() == "host"]
+    origins = [v.strip().lower() for k, v in fields if k.strip().lower() == "origin"]
+    return (not hosts or any(h not in ours for h in hosts)
+            or any(o not in {f"http://{h}" for h in ours} for o in origins))
 
 
 def _dicts(value):
