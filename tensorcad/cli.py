@@ -131,7 +131,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
             # Name the file too: a validate run may cover many.
             if str(e).startswith(str(file)):
                 raise
-            raise TensorcadError(f"{file}: {e.path}" if e.path else str(file), e.message) from None
+            where = file if len(file) <= 200 else shown(file)
+            raise TensorcadError(f"{where}: {e.path}" if e.path else where, e.message) from None
         print(f"{file}: ok ({design.name}, {len(design.nodes)} nodes)")
     return 0
 
