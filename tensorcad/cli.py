@@ -63,7 +63,7 @@ def write_output(path: str, text: str, option: str) -> None:
     try:
         Path(path).write_text(text)
     except OSError as e:
-        raise TensorcadError(option, f"cannot write {path!r}: {e.strerror}") from None
+        raise TensorcadError(option, f"cannot write {shown(path)}: {e.strerror}") from None
 
 
 def _emit(data: Any, args: argparse.Namespace) -> None:
@@ -109,7 +109,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     from .design.catalog import KINDS, catalog_markdown, catalog_text
 
     if args.kind is not None and args.kind not in KINDS:
-        raise TensorcadError("kind", f"unknown kind {args.kind!r} (kinds: {', '.join(KINDS)})")
+        raise TensorcadError("kind", f"unknown kind {shown(args.kind)} (kinds: {', '.join(KINDS)})")
     sys.stdout.write(catalog_markdown() if args.markdown else catalog_text(args.kind))
     return 0
 

@@ -205,7 +205,7 @@ def build_server() -> MCPServer:
         from .design.catalog import KINDS, catalog_text
 
         if kind is not None and kind not in KINDS:
-            raise TensorcadError("kind", f"unknown kind {kind!r} ({', '.join(KINDS)})")
+            raise TensorcadError("kind", f"unknown kind {shown(kind)} ({', '.join(KINDS)})")
         return catalog_text(kind)
 
     @_tool(server, "Validate a design and print its resolved tree.")
