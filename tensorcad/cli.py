@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .errors import TensorcadError, shown
+from .errors import TensorcadError, did_you_mean, one_line, shown
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -24,25 +24,33 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a usage error is one line, like every other bad input."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise TensorcadError("", f"{self.prog}: {message} (see --help)")
+        # main() prints "tensorcad: " once; the subcommand's name is enough after it.
+        command = self.prog.removeprefix("tensorcad").strip()
+        raise TensorcadError("", f"{command + ': ' if command else ''}{message} (see --help)")
 
 
-_INTEGER = re.compile(r"[+-]?[0-9]+")
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NUMBER = re.compile(r"[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?", re.ASCII)
+MAX_NUMBER_TEXT = 64  # characters: past this it is not a number anyone typed (and int() of 5,000 digits raises)
 
 
 def integer(text: str) -> int:
-    """An option's integer in ASCII digits: int() would also take '٣' (Arabic-Indic three) or '1_0'."""
-    if len(text) > 30 or not _INTEGER.fullmatch(text):
-        raise argparse.ArgumentTypeError(f"expected an integer in ASCII digits, got {shown(text)}")
-    return int(text)
+    """An integer option: 2000000, 2_000_000 and 2e6 alike; ASCII digits only (not '٣')."""
+    if len(text) > MAX_NUMBER_TEXT or not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+    value = float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+    return int(value)
 
 
-def number(text: str) -> float:
-    """An option's finite number in ASCII (no 'nan', 'inf' or non-ASCII digits)."""
-    if len(text) > 40 or not _NUMBER.fullmatch(text) or not math.isfinite(float(text)):
-        raise argparse.ArgumentTypeError(f"expected a finite number in ASCII digits, got {shown(text)}")
-    return float(text)
+def real(text: str) -> float:
+    """A number option: 0.5, 1e-3, 15e12; ASCII digits only, finite."""
+    if len(text) > MAX_NUMBER_TEXT or not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
+    return value
 
 
 def filename(text: str) -> str:
@@ -75,10 +83,13 @@ def _emit(data: Any, args: argparse.Namespace) -> None:
         sys.stdout.write(text)
 
 
+PIPED_WIDTH = 200  # piped output is read by people too: wide enough that no number or op name is cut
+
+
 def _console():
     from rich.console import Console
 
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
 
 
 # -- commands --------------------------------------------------------------------
@@ -109,7 +120,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     from .design.catalog import KINDS, catalog_markdown, catalog_text
 
     if args.kind is not None and args.kind not in KINDS:
-        raise TensorcadError("kind", f"unknown kind {shown(args.kind)} (kinds: {', '.join(KINDS)})")
+        raise TensorcadError("kind", f"unknown kind {shown(args.kind)}{did_you_mean(args.kind, KINDS)} (kinds: {', '.join(KINDS)})")
     sys.stdout.write(catalog_markdown() if args.markdown else catalog_text(args.kind))
     return 0
 
@@ -124,16 +135,35 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_validate(args: argparse.Namespace) -> int:
     from .design import load
 
-    for file in args.files:
+    bad = 0
+    for file in args.files:  # every file, not only up to the first bad one
         try:
             design = load(file)
         except TensorcadError as e:
+            bad += 1
             # Name the file too: a validate run may cover many.
-            if str(e).startswith(str(file)):
-                raise
-            where = file if len(file) <= 200 else shown(file)
-            raise TensorcadError(f"{where}: {e.path}" if e.path else where, e.message) from None
-        print(f"{file}: ok ({design.name}, {len(design.nodes)} nodes)")
+            where = one_line(file) if len(file) <= 200 else shown(file)
+            line = str(e) if str(e).startswith(where) else f"{where}: {e}"
+            sys.stderr.write(f"tensorcad: {line}\n")
+            continue
+        print(f"{one_line(file)}: ok ({one_line(design.name)}, {len(design.nodes)} nodes)")
+    return EXIT_BAD_INPUT if bad else 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from .design import load
+
+    design = load(args.source).to_dict()
+    design["name"] = args.name
+    text = json.dumps(design, indent=2) + "\n"
+    load(json.loads(text))  # the new name is checked as any design's is, before anything is written
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    if Path(args.output).exists() and not args.force:
+        raise TensorcadError("--output", f"{shown(args.output)} exists; pass --force to replace it")
+    write_output(args.output, text, "--output")
+    print(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: tensorcad validate {args.output}")
     return 0
 
 
@@ -142,17 +172,17 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("operating point")
     g.add_argument("--seq", type=integer, help="tokens a sequence (default: the design's context)")
-    g.add_argument("--pack", type=number, metavar="MEAN",
+    g.add_argument("--pack", type=real, metavar="MEAN",
                    help="train on packed rows of documents of this mean length (default: off, one document a row)")
-    g.add_argument("--pack-spread", type=number, metavar="C",
+    g.add_argument("--pack-spread", type=real, metavar="C",
                    help="coefficient of variation of document lengths: 0 fixed, 1 exponential (default 1 with --pack)")
     g.add_argument("--hardware", default=DEFAULTS["hardware"], choices=sorted(HARDWARE),
                    help=f"accelerator (default {DEFAULTS['hardware']})")
     g.add_argument("--gpus", type=integer, default=DEFAULTS["gpus"], help=f"accelerators (default {DEFAULTS['gpus']:,})")
-    g.add_argument("--mfu", type=number, default=DEFAULTS["mfu"], help=f"model FLOP utilisation (default {DEFAULTS['mfu']})")
-    g.add_argument("--price", type=number, default=DEFAULTS["price"], metavar="USD",
+    g.add_argument("--mfu", type=real, default=DEFAULTS["mfu"], help=f"model FLOP utilisation (default {DEFAULTS['mfu']})")
+    g.add_argument("--price", type=real, default=DEFAULTS["price"], metavar="USD",
                    help=f"price per accelerator-hour (default {DEFAULTS['price']})")
-    g.add_argument("--tokens", type=number, help="training tokens (default: Chinchilla's 20 per parameter)")
+    g.add_argument("--tokens", type=real, help="training tokens (default: Chinchilla's 20 per parameter)")
     g.add_argument("--train-dtype", default=DEFAULTS["train_dtype"], help=f"training dtype (default {DEFAULTS['train_dtype']})")
     g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
 
@@ -187,6 +217,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     design = load(args.design)
     report = analyze(design, operating_point(args, design))
+    for warning in report.warnings:  # on stderr, so --json stays machine-readable
+        sys.stderr.write(f"tensorcad: warning: {warning}\n")
     if args.json or args.out is not None:
         _emit(report.to_json(), args)
     else:
@@ -281,7 +313,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--markdown", action="store_true", help="print docs/catalog.md")
     p = command("show", "Print the resolved design: composites expanded, ports handed down, masks parsed.", cmd_show)
     p.add_argument("design")
-    p = command("validate", "Check design files; print one line per problem and exit 2 on the first.", cmd_validate)
+    p = command("new", "Start a design file from a preset (or another design), renamed.", cmd_new)
+    p.add_argument("name", help="the new design's name")
+    p.add_argument("--from", dest="source", default="nano-sort", metavar="DESIGN",
+                   help="the preset or design file to copy (default nano-sort, the smallest with documents)")
+    p.add_argument("-o", "--output", metavar="FILE", type=filename, help="write to FILE instead of stdout")
+    p.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    p = command("validate", "Check design files: one line each, ok or the bad value's path; exit 2 if any is bad.",
+                cmd_validate)
     p.add_argument("files", nargs="+", metavar="FILE")
 
     p = command("analyze", "Params, FLOPs per token, attention, training time and cost, serving.", cmd_analyze)
@@ -304,8 +343,8 @@ def parser() -> argparse.ArgumentParser:
                 _runtime_command("verify"))
     p.add_argument("design")
     p.add_argument("--seq", type=integer, help="tokens a row (default 512, or the scaled design's context if shorter)")
-    p.add_argument("--pack", type=number, metavar="MEAN", help="mean document length (default: a quarter of the row)")
-    p.add_argument("--pack-spread", type=number, metavar="C", help="document length spread (default 1)")
+    p.add_argument("--pack", type=real, metavar="MEAN", help="mean document length (default: a quarter of the row)")
+    p.add_argument("--pack-spread", type=real, metavar="C", help="document length spread (default 1)")
     p.add_argument("--params", type=integer, default=2_000_000, help="scale to about this many parameters (default 2,000,000)")
     p.add_argument("--seed", type=integer, default=0)
     p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
@@ -331,7 +370,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=integer, default=2_000_000)
     p.add_argument("--json", action="store_true")
     p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)
-    p.add_argument("design", nargs="?", help="a design to open (default: a preset picker)")
+    p.add_argument("design", nargs="?", help="a design to open (default: what you last edited, else llama-3-8b-documents)")
     p.add_argument("--port", type=integer, default=0, help="port on 127.0.0.1 (default: any free one)")
     p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
     command("mcp", "Serve the engine as MCP tools over stdio (presets, catalog, show, analyze, rules, codegen).",

@@ -12,6 +12,7 @@ megabyte-long string cannot become a megabyte-long message.
 
 from __future__ import annotations
 
+import difflib
 import numbers
 import re
 
@@ -72,3 +73,9 @@ def check_integer(value: object, path: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not low <= value <= high:
         raise TensorcadError(path, f"expected an integer in {low:,}..{high:,}, got {shown(value)}")
     return int(value)
+
+
+def did_you_mean(value: object, choices) -> str:
+    """`` (did you mean 'llama-3-8b'?)`` for a near miss among ``choices``, else ``""``."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""

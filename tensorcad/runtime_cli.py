@@ -41,20 +41,52 @@ def _checks_table(title: str, rows: list[tuple[str, str, str, str]]):
 
 
 def _with_progress(quiet: bool, total: int, work):
-    """Run work(progress) with a rich progress bar on a terminal; quietly otherwise."""
-    if quiet or not sys.stderr.isatty():
+    """Run work(progress): a rich bar on a terminal, plain lines on stderr otherwise, nothing under --json.
+
+    ``progress(name, done, count, note="")`` is what the runtime calls: the step it is
+    on, how many there are, and a note such as the current loss.
+    """
+    if quiet:
         return work(None)
+    if not sys.stderr.isatty():
+        return work(_PlainProgress(sys.stderr))
     from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[note]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
                   console=Console(stderr=True), transient=True) as bar:
-        task = bar.add_task("starting", total=total)
+        task = bar.add_task("starting", total=total, note="")
 
-        def progress(name: str, done: int, count: int) -> None:
-            bar.update(task, description=name, completed=done, total=count)
+        def progress(name: str, done: int, count: int, note: str = "") -> None:
+            bar.update(task, description=name, completed=done, total=count, note=note)
 
         return work(progress)
+
+
+class _PlainProgress:
+    """Progress as plain lines, for logs and CI: a line when the stage changes and every tenth of it."""
+
+    def __init__(self, out, every_seconds: float = 30.0):
+        self.out, self.every = out, every_seconds
+        self.stage, self.started, self.last, self.shown = None, 0.0, 0.0, -1
+
+    def __call__(self, name: str, done: int, count: int, note: str = "") -> None:
+        import time
+
+        now = time.monotonic()
+        if name != self.stage:
+            self.stage, self.started, self.last, self.shown = name, now, 0.0, -1
+        tenth = done * 10 // max(count, 1)
+        if tenth == self.shown and now - self.last < self.every:
+            return
+        self.shown, self.last = tenth, now
+        elapsed = now - self.started
+        eta = f", about {elapsed / done * (count - done):.0f} s left" if 0 < done < count else ""
+        note = f", {note}" if note else ""
+        self.out.write(f"tensorcad: {name} {done}/{count}{note}, {elapsed:.0f} s{eta}\n")
+        self.out.flush()
 
 
 # -- verify ----------------------------------------------------------------------------

@@ -19,10 +19,11 @@ def refused(capsys, *argv) -> str:
     return err
 
 
-@pytest.mark.parametrize("option,value", [("--seq", "\u0663"), ("--seq", "\uff11"), ("--seq", "1_0"),
-                                          ("--gpus", "\u0663"), ("--mfu", "nan"), ("--pack", "inf")])
+@pytest.mark.parametrize("option,value", [("--seq", "\u0663"), ("--seq", "\uff11"), ("--gpus", "\u0663"),
+                                          ("--mfu", "nan"), ("--pack", "inf"), ("--seq", "9" * 5000)])
 def test_numbers_are_ascii_and_finite(capsys, option, value):
-    assert f"argument {option}: expected" in refused(capsys, "analyze", "nano-sort", option, value)
+    err = refused(capsys, "analyze", "nano-sort", option, value)
+    assert f"argument {option}: " in err and len(err) < 300
 
 
 def test_an_empty_out_is_refused_not_ignored(capsys, tmp_path, monkeypatch):

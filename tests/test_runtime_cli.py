@@ -102,3 +102,28 @@ def test_certify_a_preset(capsys):
     assert code == 0, out
     names = [c["name"] for c in out[0]["checks"]]
     assert "isolation[flex]" in names and not any(n.startswith("golden[") for n in names)
+
+
+def test_smoke_train_off_a_terminal_prints_plain_progress_with_steps_and_loss(capsys):
+    # capsys's stderr is not a terminal, as in CI or a log: plain lines, never silence.
+    assert main(["smoke-train", "nano-sort", "--steps", "10", "--params", "100000"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("tensorcad: training")]
+    assert lines[0].startswith("tensorcad: training 1/10, loss ") and "s left" in lines[0]
+    assert lines[-1].startswith("tensorcad: training 10/10, loss ") and "left" not in lines[-1]
+    assert len(lines) == 10  # a line a tenth, however long the run
+
+
+def test_plain_progress_shows_a_tenth_at_a_time():
+    import io
+
+    from tensorcad.runtime_cli import _PlainProgress
+
+    out = io.StringIO()
+    progress = _PlainProgress(out, every_seconds=1e9)
+    for step in range(1, 1001):
+        progress("training", step, 1000, f"loss {1 / step:.3f}")
+    progress("isolation[eager]", 0, 3)
+    lines = out.getvalue().splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        "tensorcad: training 1/1000", *(f"tensorcad: training {k}/1000" for k in range(100, 1001, 100)),
+        "tensorcad: isolation[eager] 0/3"]

@@ -6,6 +6,7 @@ logits (B, T, V); form "eager" computes the same in plain matmuls.
 """
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -94,6 +95,10 @@ def _run_compiled(name, fn, fallback_path, *args, **kwargs):
     if COMPILE.get(name, False) and _COMPILED.get(name, fn) is not None:
         try:
             if name not in _COMPILED:
+                # The first call compiles, silently, for seconds (about 15 on a CPU): say so.
+                sys.stderr.write(
+                    f"{__name__}: compiling {name} (first call only; about 15 s on a CPU)\n"
+                )
                 _COMPILED[name] = torch.compile(fn)
             out = _COMPILED[name](*args, **kwargs)
             RUNTIME_PATHS[name] = "compiled"
@@ -360,7 +365,7 @@ class Block(nn.Module):
 
 
 class Model(nn.Module):
-    """gpt2-small-documents: token ids (B, T) -> logits (B, T, V)."""
+    """gpt2-small-documents: token ids (B, T), their documents (B, T) and optional positions (B, T) -> logits (B, T, V)."""
 
     def __init__(self, config=CONFIG, form="flex"):
         super().__init__()
@@ -410,7 +415,10 @@ class Model(nn.Module):
             raise ValueError("pass documents (B, T): attention keeps them apart")
         B, T = ids.shape
         if T > self.config.context:
-            raise ValueError(f"{T} positions; the model holds {self.config.context}")
+            raise ValueError(
+                f"{T} positions; the model holds {self.config.context} (its context):"
+                " run at most that many tokens a row (--seq) or raise the context"
+            )
         if positions is None:
             positions = torch.arange(T, device=ids.device).expand(B, T)
         x = self.wte(ids)  # (B, T, C)

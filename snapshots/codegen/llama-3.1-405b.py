@@ -6,6 +6,7 @@ logits (B, T, V); form "eager" computes the same in plain matmuls.
 """
 
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -94,6 +95,10 @@ def _run_compiled(name, fn, fallback_path, *args, **kwargs):
     if COMPILE.get(name, False) and _COMPILED.get(name, fn) is not None:
         try:
             if name not in _COMPILED:
+                # The first call compiles, silently, for seconds (about 15 on a CPU): say so.
+                sys.stderr.write(
+                    f"{__name__}: compiling {name} (first call only; about 15 s on a CPU)\n"
+                )
                 _COMPILED[name] = torch.compile(fn)
             out = _COMPILED[name](*args, **kwargs)
             RUNTIME_PATHS[name] = "compiled"
@@ -433,12 +438,19 @@ class Model(nn.Module):
     def forward(self, ids, documents=None, positions=None):
         """ids (B, T) token ids -> logits (B, T, V)."""
         if documents is not None:
-            raise ValueError("this design has no documents input")
+            raise ValueError(
+                "this design has no documents input: no attention reads them; pass documents=None"
+            )
         if positions is not None:
-            raise ValueError("this design has no positions input")
+            raise ValueError(
+                "this design has no positions input: it counts 0..T-1 itself; pass positions=None"
+            )
         B, T = ids.shape
         if T > self.config.context:
-            raise ValueError(f"{T} positions; the model holds {self.config.context}")
+            raise ValueError(
+                f"{T} positions; the model holds {self.config.context} (its context):"
+                " run at most that many tokens a row (--seq) or raise the context"
+            )
         x = self.embed(ids)  # (B, T, C)
         for block in self.layers:
             x = block(x)  # (B, T, C)

@@ -19,6 +19,7 @@ from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops,
 from .operating_point import BYTES, OperatingPoint, check_budget
 from .params import ParamCount, count_params
 from .serving import PerStream, per_stream
+from ..format import binary_bytes, duration, money, quantity, si
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Report:
     cost: float
     serving_fwd_per_token: float
     per_stream: PerStream | None
+    warnings: tuple[str, ...] = ()  # what the figures hold true only under (a sequence past the context)
 
     @property
     def training_flops(self) -> Flops:
@@ -80,6 +82,7 @@ class Report:
                 "cost": self.cost,
             },
             "serving": serving,
+            **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
 
 
@@ -165,14 +168,8 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         cost=time.cost,
         serving_fwd_per_token=flops.fwd_per_token,
         per_stream=per_stream(design, op.seq, matmul, BYTES[op.serve_dtype]),
+        warnings=tuple(w for w in (design.past_context(op.seq),) if w is not None),
     )
-
-
-def _si(x: float) -> str:
-    for unit, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:,.3f} {unit}"
-    return f"{x:,.3f} "
 
 
 def render(report: Report):
@@ -188,24 +185,26 @@ def render(report: Report):
     p = report.params
     t.add_row("params", f"{p.total:,}", f"embedding {p.embedding:,}, matmul {p.matmul:,}")
     f = report.flops
-    t.add_row("forward / token", f"{_si(f.fwd_per_token)}FLOP", "one document a row")
-    t.add_row("  attention", f"{_si(f.fwd_attention)}FLOP",
+    t.add_row("forward / token", si(f.fwd_per_token, "FLOP"), "one document a row")
+    t.add_row("  attention", si(f.fwd_attention, "FLOP"),
               f"{f.keys_per_query:,.1f} keys a query, {f.attention_share:.1%} of the forward pass")
-    t.add_row("  in whole blocks", f"{_si(f.fwd_attention_blocks)}FLOP", f"{f.block_ratio:.2f}x the kept scores")
-    t.add_row("train / token", f"{_si(f.train_per_token)}FLOP", "3 x forward")
+    t.add_row("  in whole blocks", si(f.fwd_attention_blocks, "FLOP"), f"{f.block_ratio:.2f}x the kept scores")
+    t.add_row("train / token", si(f.train_per_token, "FLOP"), "3 x forward")
     if report.packed is not None:
         k = report.packed
-        t.add_row("packed train / token", f"{_si(k.train_per_token)}FLOP", "the training figure: cost counts from it")
-        t.add_row("  packed attention", f"{_si(k.fwd_attention)}FLOP",
+        t.add_row("packed train / token", si(k.train_per_token, "FLOP"), "the training figure: cost counts from it")
+        t.add_row("  packed attention", si(k.fwd_attention, "FLOP"),
                   f"{k.keys_per_query:,.1f} keys a query, {k.attention_share:.1%} of the forward pass")
-        t.add_row("  in whole blocks", f"{_si(k.fwd_attention_blocks)}FLOP", f"{k.block_ratio:.2f}x the kept scores")
-    t.add_row("training tokens", f"{report.training_tokens:,.4g}", "")
-    t.add_row("training time", f"{report.training_seconds / 86400:,.2f} days",
+        t.add_row("  in whole blocks", si(k.fwd_attention_blocks, "FLOP"), f"{k.block_ratio:.2f}x the kept scores")
+    budget = "the budget set" if op.tokens is not None else "default: Chinchilla's 20 a parameter (--tokens)"
+    t.add_row("training tokens", f"{report.training_tokens:,.0f}", budget)
+    t.add_row("training time", duration(report.training_seconds),
               f"{op.gpus:,} x {op.hardware} {op.train_dtype} at {op.mfu:.0%} MFU")
-    t.add_row("GPU-hours", f"{report.gpu_hours:,.0f}", f"${report.cost:,.0f} at ${op.price_per_gpu_hour:g}/GPU-hour")
-    t.add_row("serving / token", f"{_si(report.serving_fwd_per_token)}FLOP", "one document a sequence")
+    t.add_row("GPU-hours", quantity(report.gpu_hours),
+              f"{money(report.cost)} at ${op.price_per_gpu_hour:g}/GPU-hour")
+    t.add_row("serving / token", si(report.serving_fwd_per_token, "FLOP"), "one document a sequence")
     if report.per_stream is not None:
         s = report.per_stream
-        t.add_row("  KV cache / stream", f"{s.kv_cache_bytes / 2**30:,.3f} GiB", f"{op.serve_dtype} at full context")
-        t.add_row("  decode / token", f"{_si(s.decode_flops_per_token)}FLOP", "at full context")
+        t.add_row("  KV cache / stream", binary_bytes(s.kv_cache_bytes), f"{op.serve_dtype} at full context")
+        t.add_row("  decode / token", si(s.decode_flops_per_token, "FLOP"), "at full context")
     return t

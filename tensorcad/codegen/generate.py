@@ -21,6 +21,11 @@ from .names import RESERVED, Namer, comment_text, title_text
 
 ROLE_ARGUMENT = {"tokens": "ids", "documents": "documents", "positions": "positions"}
 _I2 = " " * 8
+# What to do instead, for an argument the design has no input for (passing it would be ignored otherwise).
+_NO_INPUT = {
+    "documents": "no attention reads them; pass documents=None",
+    "positions": "it counts 0..T-1 itself; pass positions=None",
+}
 
 
 def used_ports(node: Node) -> list[str]:
@@ -218,7 +223,7 @@ class _Generator:
         signature = ["self", "ids", "documents=None", "positions=None"]
         lines = [
             "class Model(nn.Module):",
-            f'    """{title_text(d.name)}: token ids (B, T) -> logits (B, T, V)."""',
+            f'    """{title_text(d.name)}: {self._takes(roles)} -> logits (B, T, V)."""',
             "",
             "    def __init__(self, config=CONFIG, form=\"flex\"):",
             "        super().__init__()",
@@ -272,6 +277,15 @@ class _Generator:
                     roles.add(wire.role)
         return roles
 
+    def _takes(self, roles: set[str]) -> str:
+        """What forward needs, in words: the class docstring must not promise ids alone."""
+        needed = ["token ids (B, T)"]
+        if "documents" in roles:
+            needed.append("their documents (B, T)")
+        if self.design.input("positions") is not None:
+            needed.append("optional positions (B, T)")
+        return needed[0] if len(needed) == 1 else ", ".join(needed[:-1]) + " and " + needed[-1]
+
     def _forward_doc(self, roles: set[str]) -> list[str]:
         lines = ['        """ids (B, T) token ids -> logits (B, T, V).']
         if self.design.input("documents") is not None:
@@ -296,13 +310,18 @@ class _Generator:
             if d.input(role) is None:
                 lines += [
                     f"        if {role} is not None:",
-                    f'            raise ValueError("this design has no {role} input")',
+                    "            raise ValueError(",
+                    f'                "this design has no {role} input: {_NO_INPUT[role]}"',
+                    "            )",
                 ]
         lines.append("        B, T = ids.shape")
         if self.uses_rope or any(n.kind == "pos_embedding" for n, _ in d.walk()):
             lines += [
                 "        if T > self.config.context:",
-                '            raise ValueError(f"{T} positions; the model holds {self.config.context}")',
+                "            raise ValueError(",
+                '                f"{T} positions; the model holds {self.config.context} (its context):"',
+                '                " run at most that many tokens a row (--seq) or raise the context"',
+                "            )",
             ]
         if "positions" in roles:
             lines += [

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 IMPORTS = '''\
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 
@@ -85,6 +86,10 @@ def _run_compiled(name, fn, fallback_path, *args, **kwargs):
     if COMPILE.get(name, False) and _COMPILED.get(name, fn) is not None:
         try:
             if name not in _COMPILED:
+                # The first call compiles, silently, for seconds (about 15 on a CPU): say so.
+                sys.stderr.write(
+                    f"{__name__}: compiling {name} (first call only; about 15 s on a CPU)\\n"
+                )
                 _COMPILED[name] = torch.compile(fn)
             out = _COMPILED[name](*args, **kwargs)
             RUNTIME_PATHS[name] = "compiled"

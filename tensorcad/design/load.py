@@ -8,7 +8,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..errors import TensorcadError, one_line, shown
+from ..errors import TensorcadError, did_you_mean, one_line, shown
 from .formats import parse_json, parse_yaml
 from .model import Design
 from .resolve import resolve
@@ -36,7 +36,8 @@ def read(source: str | Path) -> dict[str, Any]:
             path = PRESETS / f"{text_source}.json"
         elif not _exists(path):
             raise TensorcadError(
-                "", f"{shown(text_source)} is neither a preset ({', '.join(preset_names())}) nor a .json/.yaml file"
+                "", f"{shown(text_source)} is neither a preset nor a .json/.yaml file"
+                f"{did_you_mean(text_source, preset_names())} (presets: {', '.join(preset_names())})"
             )
     where = one_line(str(path))
     data = read_bounded(path, where)

@@ -94,6 +94,18 @@ class Design:
     def input(self, role: str) -> Input | None:
         return next((i for i in self.inputs if i.role == role), None)
 
+    def past_context(self, seq: int) -> str | None:
+        """Why a sequence of ``seq`` tokens is past what the design holds, or None.
+
+        The one answer every surface gives: ``rules`` makes it an error, ``analyze``
+        a warning line and a report flag, the editor starts at the context, and the
+        generated model refuses such a row naming ``--seq``.
+        """
+        if seq <= self.context:
+            return None
+        return (f"the sequence is {seq:,} tokens, past the design's context of {self.context:,}: "
+                f"run at --seq {self.context} or less, or raise the design's context")
+
     def node(self, id: str) -> Node:
         return next(n for n in self.nodes if n.id == id)
 

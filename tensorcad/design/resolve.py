@@ -20,7 +20,7 @@ from typing import Any
 import keyword
 import re
 
-from ..errors import TensorcadError, join, shown
+from ..errors import TensorcadError, did_you_mean, join, shown
 from . import expr as E
 from .catalog import KINDS, ROLES
 from .expr.nodes import FUNCTIONS, INDEX_NAMES, SCORE_NAME
@@ -61,8 +61,10 @@ def _no_unknown(obj: dict, allowed: tuple[str, ...], path: str, what: str) -> No
 
 
 def _check_kind(value: Any, path: str) -> None:
+    """A kind is a string the catalog lists (a list or an object is refused before any lookup can fail)."""
     if not isinstance(value, str) or value not in KINDS:
-        raise TensorcadError(path, f"unknown kind {shown(value)} (kinds: {', '.join(KINDS)})")
+        near = did_you_mean(value, KINDS) if isinstance(value, str) else ""
+        raise TensorcadError(path, f"unknown kind {shown(value)}{near} (kinds: {', '.join(KINDS)})")
 
 
 class _Resolver:

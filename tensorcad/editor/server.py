@@ -64,7 +64,7 @@ def static_files() -> dict[str, Path]:
 class EditorServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # socketserver's default of 5 resets connections past a handful of clients
-    initial: dict | None = None  # the design the editor opens with, if one was given
+    initial: dict | None = None  # the design the editor opens with ({design, context}), if one was given
     files: dict[str, Path] = {}
 
 
@@ -78,7 +78,7 @@ class Handler(BaseHTTPRequestHandler):
         "/api/presets": lambda self, q: api.presets(),
         "/api/design": lambda self, q: api.design(q.get("name", [None])[0]),
         "/api/catalog": lambda self, q: api.catalog(),
-        "/api/initial": lambda self, q: {"design": self.server.initial},
+        "/api/initial": lambda self, q: self.server.initial or {"design": None},
     }
     POST_ROUTES: dict[str, Callable[[Any], Any]] = {
         "/api/validate": api.validate,
@@ -249,7 +249,8 @@ def make_server(design: Any = None, port: int = 0, host: str = HOST) -> tuple[Ed
     if design is not None:
         from tensorcad.design import load
 
-        initial = load(design).to_dict()  # a bad design fails here, before anything listens
+        loaded = load(design)  # a bad design fails here, before anything listens
+        initial = {"design": loaded.to_dict(), "context": loaded.context}
     try:
         server = EditorServer((HOST, port), Handler)
     except OSError as e:

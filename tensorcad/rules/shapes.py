@@ -8,9 +8,19 @@ from ..design.model import Design
 from .registry import Diagnostic, rule
 
 
+@rule("past-context", "error", "a sequence longer than the design's context")
+def past_context(design: Design, op, context) -> Iterator[Diagnostic]:
+    if op is None:
+        return
+    why = design.past_context(op.seq)
+    if why is not None:
+        yield Diagnostic("past-context", "error", why, "seq")
+
+
 @rule("position-table", "error", "a learned position table shorter than the sequence it is run at")
 def position_table(design: Design, op, context) -> Iterator[Diagnostic]:
-    if op is None:
+    # Past the design's context, past-context says so once; a table is then short by construction.
+    if op is None or design.past_context(op.seq) is not None:
         return
     for node, _ in design.walk():
         if node.kind == "pos_embedding" and node.wire("pos") is None and node.params["context"] < op.seq:

@@ -139,7 +139,7 @@ def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_0
                 rows: int = ROWS, progress=None) -> TrainResult:
     """Train ``design`` scaled to about ``params`` parameters for ``steps`` AdamW steps on sorting.
 
-    ``progress(name, done, total)``, when given, hears of every step (the CLI's progress bar).
+    ``progress(name, done, total, note)``, when given, hears of every step and its loss (the CLI's progress).
     """
     from .building import build
     from .scaling import scale
@@ -169,15 +169,15 @@ def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_0
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     losses = []
     for step in range(steps):
-        if progress is not None:
-            progress("training", step, steps)
         loss = _loss(model, sort_batch(rng, rows, seq, digits), documents, positions)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
+        if progress is not None:
+            progress("training", step + 1, steps, f"loss {losses[-1]:.3f}")
     model.eval()
     token_accuracy, problem_accuracy = _accuracy(model, np.random.default_rng((seed, 1)), seq, digits,
                                                  documents, positions)

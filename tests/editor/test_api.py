@@ -308,7 +308,7 @@ def test_api_over_http(server):
     status, _, body = _request(url, "/api/catalog", method="GET")
     assert status == 200 and "transformer_block" in json.loads(body)["text"]
     status, _, body = _request(url, "/api/initial", method="GET")
-    assert json.loads(body)["design"] == load("nano-sort").to_dict()
+    assert json.loads(body) == {"design": load("nano-sort").to_dict(), "context": 256}
     status, _, body = _request(url, "/api/analyze", {"design": DOCS, "op": PACKED})
     assert status == 200 and "packed" in json.loads(body)["report"]["flops"]
     status, _, body = _request(url, "/api/rules", {"design": DOCS, "op": PACKED})

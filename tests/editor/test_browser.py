@@ -202,3 +202,23 @@ def test_a_malformed_design_shows_the_error_and_keeps_the_text(page):
     assert "is not valid JSON" in page.inner_text("#design-error")
     assert page.input_value("#design") == not_json
     assert page.locator("#readout").get_attribute("class").split().count("stale") == 1
+
+
+def test_a_design_opened_from_the_command_line_starts_at_its_own_context(browser):
+    # nano-sort holds 256 positions: the editor must not open it at a preset's 8,192.
+    httpd, address = make_server(design="nano-sort")
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    context = browser.new_context()
+    try:
+        page = context.new_page()
+        page.set_default_timeout(TIMEOUT_MS)
+        page.goto(address)
+        _ready(page)
+        assert page.input_value("#seq") == "256"
+        assert _value(page, "flops.keysPerQuery") == api.analyze({"design": "nano-sort", "op": {"seq": 256}})[
+            "report"]["flops"]["keysPerQuery"]
+    finally:
+        context.close()
+        httpd.shutdown()
+        httpd.server_close()

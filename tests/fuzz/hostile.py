@@ -289,7 +289,7 @@ OPTIONS = {
     "--json": st.none(), "--markdown": st.none(), "--help": st.none(), "--version": st.none(), "--bogus": st.none(),
     "--seq=": st.none(),
 }
-COMMANDS = ["presets", "catalog", "show", "validate", "analyze", "rules", "codegen", "", "nope", "ANALYZE", "-h"]
+COMMANDS = ["presets", "catalog", "show", "validate", "analyze", "rules", "codegen", "new", "", "nope", "ANALYZE", "-h"]
 DESIGNS = st.one_of(st.sampled_from(PRESETS), st.sampled_from(FIXTURES), hostile_text)
 
 

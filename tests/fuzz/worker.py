@@ -94,11 +94,15 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def judge_cli(code: int, out: str, err: str) -> str | None:
+def judge_cli(code: int, out: str, err: str, argv: list[str]) -> str | None:
     """None if the run kept the promise, else what it broke."""
     if code == 2:
-        if not (one_line(err) and err.startswith("tensorcad: ")):
-            return f"exit 2 without exactly one line on stderr: {err[:300]!r}"
+        # One line per refusal: validate reports each of its files, everything else stops at the first.
+        lines = err.splitlines()
+        if not lines or "Traceback" in err or any(not line.startswith("tensorcad: ") for line in lines):
+            return f"exit 2 without one line a refusal on stderr: {err[:300]!r}"
+        if len(lines) > 1 and not (argv[:1] == ["validate"] and len(lines) <= len(argv) - 1):
+            return f"exit 2 with {len(lines)} lines on stderr: {err[:300]!r}"
         return None
     if code in (0, 1):
         if "Traceback" in err:
@@ -118,7 +122,7 @@ class Worker:
     def cli(self, case: dict) -> dict:
         before = snapshot(self.scratch)
         code, out, err = run_cli(case["argv"])
-        broken = judge_cli(code, out, err)
+        broken = judge_cli(code, out, err, case["argv"])
         after = snapshot(self.scratch)
         made = set(after) - set(before)
         if broken is None and code != 0 and after != before:
@@ -139,18 +143,18 @@ class Worker:
         try:
             before = snapshot(self.scratch)
             code, out, err = run_cli(["validate", name])
-            broken = judge_cli(code, out, err)
+            broken = judge_cli(code, out, err, ["validate", name])
             outcome = "refused" if code == 2 else "result"
             if broken is None and code == 0:
                 for argv in (["analyze", name, "--seq", "512", "--pack", "64", "--json"], ["rules", name, "--seq", "256"]):
                     code2, out2, err2 = run_cli(argv)
-                    broken = broken or judge_cli(code2, out2, err2)
+                    broken = broken or judge_cli(code2, out2, err2, argv)
                     if code2 == 2 and broken is None:
                         # validate accepted it; a later stage may refuse only the operating point, never the design
                         if not err2.startswith("tensorcad: --"):
                             broken = f"validate accepted the design but {argv[0]} refused it: {err2.strip()[:200]}"
                 code3, source, err3 = run_cli(["codegen", name])
-                broken = broken or judge_cli(code3, source, err3)
+                broken = broken or judge_cli(code3, source, err3, ["codegen", name])
                 if broken is None and code3 == 0:
                     broken = _compiles(source)
                 elif broken is None:

@@ -87,8 +87,13 @@ def test_contract_config_form_and_errors():
     with pytest.raises(ValueError, match="documents"):
         model(torch.zeros(1, 8, dtype=torch.long))
     ids = torch.zeros(1, 8, dtype=torch.long)
-    with pytest.raises(ValueError, match="this design has no positions input"):
+    with pytest.raises(ValueError, match="this design has no positions input: .* pass positions=None"):
         model(ids, torch.zeros_like(ids), positions=torch.arange(8)[None])
+    context = ns["CONFIG"].context
+    long = torch.zeros(1, context + 1, dtype=torch.long)
+    # Past the context the message names the option that sets the row length, as `rules` does.
+    with pytest.raises(ValueError, match=rf"{context + 1} positions; the model holds {context} .*\(--seq\)"):
+        model(long, torch.zeros_like(long))
     with pytest.raises(tensorcad.TensorcadError):
         build(scaled, form="fast")
     assert load_module("X = 1").X == 1

@@ -50,6 +50,14 @@ function si(x, unit) {
   return `${fixed(x, 2)} ${unit}`;
 }
 
+// Memory in binary units, as the CLI prints it (tensorcad/format.py).
+function binaryBytes(n) {
+  for (const [unit, scale] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
+    if (Math.abs(n) >= scale) return `${fixed(n / scale, 2)} ${unit}`;
+  }
+  return `${int(n)} B`;
+}
+
 function duration(seconds) {
   if (seconds >= 2 * 86400) return `${fixed(seconds / 86400, 1)} days`;
   if (seconds >= 3600) return `${fixed(seconds / 3600, 1)} hours`;
@@ -301,7 +309,7 @@ function renderReadout(report) {
   row("forward / token", "serving.fwdPerToken", s.fwdPerToken, si(s.fwdPerToken, "FLOP"), "one document a sequence");
   if (s.perStream) {
     row("KV cache / stream", "serving.perStream.kvCacheBytes", s.perStream.kvCacheBytes,
-        si(s.perStream.kvCacheBytes, "B"), `${op.serveDtype} at full context`, "sub");
+        binaryBytes(s.perStream.kvCacheBytes), `${op.serveDtype} at full context`, "sub");
     row("decode / token", "serving.perStream.decodeFlopsPerToken", s.perStream.decodeFlopsPerToken,
         si(s.perStream.decodeFlopsPerToken, "FLOP"), "at full context", "sub");
   }
@@ -441,6 +449,10 @@ async function start() {
   const storedText = localStorage.getItem(DESIGN_KEY);
   if (initial.ok && initial.data.design) {
     $("design").value = JSON.stringify(initial.data.design, null, 2);
+    // A design opened from the command line is analysed at its own context, as a preset is.
+    state.op.seq = initial.data.context;
+    writeOpForm();
+    storeOp();
     await update();
   } else if (storedText) {
     $("design").value = storedText;
