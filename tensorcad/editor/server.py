@@ -94,9 +94,12 @@ class Handler(BaseHTTPRequestHandler):
         if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
             self.request_version = "HTTP/1.0"  # answer with a status line and headers, never bare HTTP/0.9
             self.close_connection = True
-        if self.command != "POST" and (self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding")) \
-                if getattr(self, "headers", None) is not None else False:
+        headers = getattr(self, "headers", None)
+        if self.command != "POST" and headers is not None and (headers.get("Content-Length")
+                                                               or headers.get("Transfer-Encoding")):
             self.close_connection = True  # a body that is not read must not be taken for the next request
+        if self.close_connection:
+            extra = {**(extra or {}), "Connection": "close"}  # and the client is told so
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
