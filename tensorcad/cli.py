@@ -126,7 +126,8 @@ def cmd_catalog(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .design import load, show
+    from .design import show
+    from .hf import load_design as load  # a Hugging Face config is a design too
 
     sys.stdout.write(show(load(args.design)))
     return 0
@@ -213,7 +214,7 @@ def operating_point(args: argparse.Namespace, design) -> Any:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from .analysis.report import analyze, render
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
 
     design = load(args.design)
     report = analyze(design, operating_point(args, design))
@@ -227,7 +228,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .rules import check, render
 
     design = load(args.design)
@@ -241,7 +242,7 @@ def cmd_rules(args: argparse.Namespace) -> int:
 
 def cmd_codegen(args: argparse.Namespace) -> int:
     from .codegen import generate
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
 
     design = load(args.design)
     if args.scale is not None:
@@ -253,6 +254,20 @@ def cmd_codegen(args: argparse.Namespace) -> int:
         write_output(args.output, source, "--output")
     else:
         sys.stdout.write(source)
+    return 0
+
+
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    from .design import load
+    from .hf import import_hf
+
+    design = import_hf(args.config, documents=args.documents, positions=args.positions, name=args.name)
+    load(design)  # the design it writes resolves, or the import is refused here
+    text = json.dumps(design, indent=2) + "\n"
+    if args.output:
+        write_output(args.output, text, "--output")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -294,7 +309,8 @@ def parser() -> argparse.ArgumentParser:
         prog="tensorcad",
         description="Read a transformer design, tell what it costs to train and serve, lint it, "
         "generate its PyTorch code and prove that code right.",
-        epilog="DESIGN is a preset name (see `tensorcad presets`) or a .json/.yaml file.",
+        epilog="DESIGN is a preset name (see `tensorcad presets`), a .json/.yaml file, or a Hugging Face "
+        "config.json or model directory (see `tensorcad import-hf`).",
     )
     from . import __version__
 
@@ -338,6 +354,17 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("design")
     p.add_argument("--scale", type=integer, metavar="PARAMS", help="shrink to about PARAMS parameters first")
     p.add_argument("-o", "--output", metavar="FILE", type=filename, help="write to FILE instead of stdout")
+
+    p = command("import-hf", "Write the design of a Hugging Face config.json or local model directory "
+                "(Llama, Mistral, Qwen2, Qwen3, Phi-3, GPT-2); what it cannot say is refused, naming the field.",
+                cmd_import_hf)
+    p.add_argument("config", metavar="CONFIG_OR_DIR", help="a config.json, or a directory holding one (never the hub)")
+    p.add_argument("--documents", action="store_true",
+                   help="add a documents input and the document mask: packed documents never see each other")
+    p.add_argument("--positions", action="store_true",
+                   help="add a positions input (restarting per document, as HF's flattening collator gives them)")
+    p.add_argument("--name", help="the design's name (default: the directory's)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
 
     p = command("verify", "Build the scaled model and prove it: forward, FLOPs, export, isolation, blocks.",
                 _runtime_command("verify"))

@@ -93,7 +93,7 @@ class _PlainProgress:
 
 
 def verify(args: argparse.Namespace) -> int:
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.verification import CHECKS, verify as run_verify
 
     design = load(args.design)
@@ -127,7 +127,7 @@ def certify(args: argparse.Namespace) -> int:
     from harness.fixtures import Settings
     from harness.options import CHECK_NAMES
 
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
 
     # Goldens are snapshot files a pytest run owns (and updates with --snapshot-update).
     names = [n for n in CHECK_NAMES if not n.startswith("golden[")]
@@ -176,7 +176,7 @@ def _certify_one(run_checks, settings, design, names, progress):
 
 
 def smoke_train(args: argparse.Namespace) -> int:
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.training import smoke_train as run_training
 
     design = load(args.design)
@@ -196,7 +196,7 @@ def smoke_train(args: argparse.Namespace) -> int:
 
 
 def trace(args: argparse.Namespace) -> int:
-    from .design import load
+    from .hf import load_design as load  # a Hugging Face config is a design too
     from .runtime.tracing import render, trace as run_trace
 
     design = load(args.design)

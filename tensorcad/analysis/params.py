@@ -42,7 +42,7 @@ def leaf_params(node: Node) -> tuple[int, int, int]:
     if node.kind == "layernorm":
         return 2 * d, 0, 0
     if node.kind == "mlp":
-        matrices = 3 if p["activation"] == "swiglu" else 2
+        matrices = 3 if p["activation"] in ("swiglu", "geglu") else 2  # gated: gate, up, down
         weights = matrices * d * p["hidden"]
         bias = ((matrices - 1) * p["hidden"] + d) if p["bias"] else 0
         return weights + bias, 0, weights

@@ -20,30 +20,49 @@ _ALWAYS_PREFIXED = ("shape",)
 def _keys(node: Node, output: str) -> dict[str, Any]:
     p, kind = node.params, node.kind
     if kind == "embedding":
-        return {"vocab_size": p["vocab"], "dim": p["dim"]}
+        keys = {"vocab_size": p["vocab"], "dim": p["dim"]}
+        if p["scale"] is not None:
+            keys["embed_scale"] = p["scale"]
+        return keys
     if kind == "pos_embedding":
         return {"n_positions": p["context"], "dim": node.dim_in}
     if kind == "linear":
         out = "vocab_size" if node.id == output else "out_features"
-        return {"dim": node.dim_in, out: p["out"], "bias": p["bias"]}
+        keys = {"dim": node.dim_in, out: p["out"], "bias": p["bias"]}
+        if p["softcap"] is not None:
+            keys["softcap"] = p["softcap"]
+        return keys
     if kind in ("rmsnorm", "layernorm"):
-        return {"dim": node.dim_in, "eps": p["eps"]}
+        keys = {"dim": node.dim_in, "eps": p["eps"]}
+        if p.get("offset"):
+            keys["norm_offset"] = p["offset"]
+        return keys
     if kind == "mlp":
         return {"dim": node.dim_in, "hidden": p["hidden"], "mlp_bias": p["bias"]}
     if kind == "rope":
         return {"head_dim": p["head_dim"], "rope_theta": float(p["theta"])}
     if kind in ("sdpa", "gqa_attention"):
         keys: dict[str, Any] = {"n_head": p["heads"], "n_kv_head": p["kv_heads"], "head_dim": p["head_dim"]}
+        if p["scale"] is not None:
+            keys["attn_scale"] = p["scale"]
         if kind == "gqa_attention":
             keys = {"dim": node.dim_in, **keys, "attn_bias": p["bias"]}
+            if p["qkv_bias"] is not None:
+                keys["qkv_bias"] = p["qkv_bias"]
+            if p["qk_norm"] is not None:
+                keys["qk_norm_eps"] = p["qk_norm"]["eps"]
             if p["rope"] is not None:
                 keys["rope_theta"] = float(node.child("rope_q").params["theta"])
         return keys
     if kind == "transformer_block":
-        return {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("attention"), output),
+        keys = {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("attention"), output),
                 **_keys(node.child("mlp"), output)}
+        if p["norm_offset"]:
+            keys["norm_offset"] = p["norm_offset"]
+        return keys
     if kind == "stack":
-        return {"n_layer": node.repeat, **_keys(node.children[0], output)}
+        # blocks taken in turn (alternating windows) differ in their masks only, no number
+        return {"n_layer": node.repeat * len(node.children), **_keys(node.children[0], output)}
     if kind == "table":
         return {"shape": tuple(p["shape"])}
     raise AssertionError(f"no config keys for kind {kind!r}")

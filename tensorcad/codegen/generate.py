@@ -13,7 +13,8 @@ from __future__ import annotations
 from ..design import expr as E
 from ..design.model import Design, Node
 from ..errors import TensorcadError
-from . import layout, prelude
+from ..hf.weights import weight_map
+from . import hf_weights, layout, prelude
 from .config import ConfigFields
 from .masks import Function, mask_function, score_function
 from .modules import MLPS, NORMS, PLACEHOLDER, Classes, assign_call, position_embedding
@@ -58,6 +59,8 @@ class _Generator:
         self.attention_classes: list[str] = []
         self.uses_rope = any(n.kind == "rope" for n, _ in design.walk())
         self.roles = {i.name: i.role for i in design.inputs}
+        # a design imported from Hugging Face loads (and gives back) transformers' weights
+        self.hf_weights = weight_map(design, self.names) if design.source.get("hf") else None
 
     # -- pieces inside classes --------------------------------------------------------
 
@@ -69,6 +72,9 @@ class _Generator:
         f = lambda key: self.config(owner, key)  # noqa: E731
         kind = node.kind
         if kind in NORMS:
+            if kind == "rmsnorm" and node.params.get("offset"):
+                concept, source = NORMS["rmsnorm_offset"]
+                return self.classes(concept, source, owner), [f("dim"), f("eps"), f("norm_offset")]
             concept, source = NORMS[kind]
             return self.classes(concept, source, owner), [f("dim"), f("eps")]
         if kind == "mlp":
@@ -104,6 +110,8 @@ class _Generator:
         port_values = {p: p for p in ports}
         heads, kv_heads, head_dim = f("n_head"), f("n_kv_head"), f("head_dim")
         bias = f"bias={f('attn_bias')}"
+        qkv_bias = bias if node.params["qkv_bias"] is None else f"bias={f('qkv_bias')}"
+        qk_norm = node.params["qk_norm"] is not None
         keeps = comment_text(E.to_text(attention.keep)) if attention.keep is not None else "every key"
         lines = [
             f"class {PLACEHOLDER}(nn.Module):",
@@ -119,10 +127,17 @@ class _Generator:
             "        super().__init__()",
             f"        self.head_dim = {head_dim}",
         ]
-        lines += assign_call(_I2, "self.q", "nn.Linear", [f("dim"), f"{heads} * {head_dim}", bias])
-        lines += assign_call(_I2, "self.k", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", bias])
-        lines += assign_call(_I2, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", bias])
+        if sdpa.params["scale"] is not None:
+            lines.append(f"        self.scale = {f('attn_scale')}  # multiplies q . k, in place of 1 / sqrt(D)")
+        lines += assign_call(_I2, "self.q", "nn.Linear", [f("dim"), f"{heads} * {head_dim}", qkv_bias])
+        lines += assign_call(_I2, "self.k", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
+        lines += assign_call(_I2, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
         lines += assign_call(_I2, "self.o", "nn.Linear", [f"{heads} * {head_dim}", f("dim"), bias])
+        if qk_norm:
+            norm, _ = NORMS["rmsnorm"]
+            norm = self.classes(norm, NORMS["rmsnorm"][1], owner)
+            for which in ("q", "k"):
+                lines += assign_call(_I2, f"self.{which}_norm", norm, [head_dim, f("qk_norm_eps")])
         if rope:
             lines += assign_call(_I2, "cos, sin", "rotary_tables",
                                  [head_dim, "config.context", f("rope_theta")])
@@ -139,6 +154,12 @@ class _Generator:
             "        k = self.k(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)",
             "        v = self.v(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)",
         ]
+        if qk_norm:
+            # over each head's D features, before the rotation, as Qwen3 does
+            lines += [
+                "        q = self.q_norm(q)  # (B, H, T, D)",
+                "        k = self.k_norm(k)  # (B, H_kv, T, D)",
+            ]
         if rope:
             for which, shape in (("q", "(B, H, T, D)"), ("k", "(B, H_kv, T, D)")):
                 args = [which, "self.cos", "self.sin"]
@@ -154,6 +175,8 @@ class _Generator:
             else:
                 lines += layout.statement(_I2, f"{keyword} = ", fn.call(port_values))
                 call_args.append(f"{keyword}={keyword}")
+        if sdpa.params["scale"] is not None:
+            call_args.append("scale=self.scale")
         call_args.append("form=self.form")
         lines += assign_call(_I2, "y", "attend", call_args, "# (B, H, T, D)")
         lines += [
@@ -179,8 +202,13 @@ class _Generator:
         ports = self.port_args(node)
         lines += ["", f"    def forward({', '.join(['self', 'x', *ports])}):"]
         attention_args = ["self.attention_norm(x)", *(f"{p}={p}" for p in ports)]
-        lines += assign_call(_I2, "x", "x + self.attention", attention_args, "# (B, T, C)")
-        lines += ["        x = x + self.mlp(self.mlp_norm(x))  # (B, T, C)", "        return x"]
+        if node.params["post_norms"]:  # Gemma 2: each half's output normalised before the residual add
+            lines += assign_call(_I2, "y", "self.attention", attention_args, "# (B, T, C)")
+            lines += ["        x = x + self.post_attention_norm(y)  # (B, T, C)",
+                      "        x = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))  # (B, T, C)", "        return x"]
+        else:
+            lines += assign_call(_I2, "x", "x + self.attention", attention_args, "# (B, T, C)")
+            lines += ["        x = x + self.mlp(self.mlp_norm(x))  # (B, T, C)", "        return x"]
         return self.classes("Block", "\n".join(lines) + "\n", owner)
 
     # -- the model ------------------------------------------------------------------------
@@ -209,8 +237,15 @@ class _Generator:
                 init += assign_call(_I2, f"self.{name}", "nn.Parameter", [f"torch.empty({shape})"])
                 tables.append(name)
             elif node.kind == "stack":
-                fn, args = self.construct(node.children[0], node.id)
-                inner = f"[{fn}({', '.join(args)}) for _ in range({self.config(node.id, 'n_layer')})]"
+                built = [self.construct(child, node.id) for child in node.children]
+                n_layer = self.config(node.id, "n_layer")
+                if len(built) == 1:
+                    fn, args = built[0]
+                    inner = f"[{fn}({', '.join(args)}) for _ in range({n_layer})]"
+                else:  # blocks taken in turn (alternating windows): layer i is the (i mod n)th
+                    kinds = ", ".join(fn for fn, _ in built)
+                    args = built[0][1]
+                    inner = f"[({kinds})[i % {len(built)}]({', '.join(args)}) for i in range({n_layer})]"
                 init += assign_call(_I2, f"self.{name}", "nn.ModuleList", [inner])
             else:
                 fn, args = self.construct(node, node.id)
@@ -266,6 +301,9 @@ class _Generator:
             *self._forward_doc(roles),
             *self._forward_body(roles),
         ]
+        if self.hf_weights is not None:
+            stack = next(n for n in d.nodes if n.kind == "stack")
+            lines += hf_weights.model_methods(self.names(stack.id))
         return "\n".join(lines) + "\n"
 
     def _roles_read(self) -> set[str]:
@@ -360,6 +398,13 @@ class _Generator:
                 lines += assign_call(" " * 12, out, "block", [out, *ports], shape)
             else:
                 lines += assign_call(_I2, out, f"self.{name}", [source, *ports], shape)
+            if n.kind == "embedding" and n.params["scale"] is not None:
+                lines.append("        # scaled as Gemma scales its embedding (by sqrt(dim))")
+                lines += layout.statement(_I2, f"{out} = ", f"{out} * self.{self.config(n.id, 'embed_scale')}")
+            if n.kind == "linear" and n.params["softcap"] is not None:
+                cap = f"self.{self.config(n.id, 'softcap')}"
+                lines.append("        # soft-capped, as Gemma 2 caps its logits: |value| < cap")
+                lines += layout.statement(_I2, f"{out} = ", f"torch.tanh({out} / {cap}) * {cap}")
         lines.append(f"        return {var[d.output]}")
         return lines
 
@@ -387,12 +432,15 @@ class _Generator:
             out.append(("masks", "\n\n\n".join(f.rstrip("\n") for f in functions) + "\n"))
         for source in self.classes.sources():
             out.append(("class", source))
+        if self.hf_weights is not None:
+            out.append(("hf weights", hf_weights.table_source(self.hf_weights)))
+            out.append(("hf runtime", hf_weights.HF_RUNTIME))
         out.append(("model", model))
         return out
 
 
 # Sections pasted verbatim from other modules; formatting checks skip them.
-VERBATIM = ("imports", "attention runtime", "rotary runtime", "relative bucket")
+VERBATIM = ("imports", "attention runtime", "rotary runtime", "relative bucket", "hf runtime")
 
 
 def sections(design: Design) -> list[tuple[str, str]]:

@@ -31,6 +31,24 @@ NORMS = {
         return x32.type_as(x) * self.weight  # (B, T, C)
 ''',
     ),
+    "rmsnorm_offset": (
+        "OffsetRMSNorm",
+        '''class __CLASS__(nn.Module):
+    """Root-mean-square normalisation scaled by offset + weight (Gemma's RMSNorm)."""
+
+    def __init__(self, dim, eps, offset):
+        super().__init__()
+        self.eps = eps
+        self.offset = offset
+        self.weight = nn.Parameter(torch.full((dim,), 1.0 - offset))
+
+    def forward(self, x):
+        # all in float32, the offset added to the weight before scaling, as Gemma does
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * (self.offset + self.weight.float())).type_as(x)  # (B, T, C)
+''',
+    ),
     "layernorm": (
         "LayerNorm",
         '''class __CLASS__(nn.Module):
@@ -64,6 +82,22 @@ MLPS = {
         return self.down(F.silu(self.gate(x)) * self.up(x))  # (B, T, C)
 ''',
     ),
+    "geglu": (
+        "GeGLU",
+        '''class __CLASS__(nn.Module):
+    """GeGLU feed-forward: down(gelu_tanh(gate(x)) * up(x)), three matrices (Gemma)."""
+
+    def __init__(self, dim, hidden, bias):
+        super().__init__()
+        self.gate = nn.Linear(dim, hidden, bias=bias)
+        self.up = nn.Linear(dim, hidden, bias=bias)
+        self.down = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x):
+        gate = F.gelu(self.gate(x), approximate="tanh")  # (B, T, hidden)
+        return self.down(gate * self.up(x))  # (B, T, C)
+''',
+    ),
     "gelu": (
         "MLP",
         '''class __CLASS__(nn.Module):
@@ -76,6 +110,20 @@ MLPS = {
 
     def forward(self, x):
         return self.proj(F.gelu(self.fc(x)))  # (B, T, C)
+''',
+    ),
+    "gelu_tanh": (
+        "TanhGeluMLP",
+        '''class __CLASS__(nn.Module):
+    """Feed-forward: proj(gelu(fc(x))) with GELU's tanh approximation (GPT-2's gelu_new)."""
+
+    def __init__(self, dim, hidden, bias):
+        super().__init__()
+        self.fc = nn.Linear(dim, hidden, bias=bias)
+        self.proj = nn.Linear(hidden, dim, bias=bias)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))  # (B, T, C)
 ''',
     ),
     "relu": (

@@ -24,17 +24,23 @@ _ATTENTION_PARAMS = (
     Param("causal", "bool", "keep only keys at or before the query (q >= kv)", True),
     Param("window", "int", "keep the W keys nearest the query, itself included (q - kv < W)", None, 1, 1 << 24, nullable=True),
     Param("mask", "expr", "boolean expression of b, h, q, kv and port reads such as doc(b, q) == doc(b, kv); ANDed with causal and window", None, nullable=True),
-    Param("score", "expr", "numeric expression rewriting each score, e.g. score + bias(bucket(kv - q), h)", None, nullable=True),
+    Param("score", "expr", "numeric expression rewriting each score, e.g. score + bias(bucket(kv - q), h), "
+          "or Gemma 2's soft cap tanh(score * 0.02) * 50.0", None, nullable=True),
+    Param("scale", "float", "multiplies q . k before the score expression; default 1 / sqrt(head_dim)", None, 1e-6, 1e6,
+          nullable=True),
 )
 
 _GQA_PARAMS = _ATTENTION_PARAMS + (
     Param("rope", "object", "rotary positions {theta}; null for none", None, nullable=True),
     Param("bias", "bool", "biases on the q, k, v and output projections", False),
+    Param("qkv_bias", "bool", "biases on the q, k and v projections only (Qwen2); default: as bias", None, nullable=True),
+    Param("qk_norm", "object", "RMSNorm over each head's features of q and k before the rotation {eps} (Qwen3); null for none", None, nullable=True),
 )
 
 _MLP_PARAMS = (
     Param("hidden", "int", "inner width", low=1, high=MAX_WIDTH),
-    Param("activation", "enum", "swiglu (three matrices) or gelu / relu (two)", "swiglu", choices=("swiglu", "gelu", "relu")),
+    Param("activation", "enum", "swiglu / geglu (three matrices, a SiLU or tanh-GELU gate) or gelu / gelu_tanh "
+          "(GPT-2's tanh approximation) / relu (two)", "swiglu", choices=("swiglu", "geglu", "gelu", "gelu_tanh", "relu")),
     Param("bias", "bool", "biases on the projections", False),
 )
 
@@ -48,6 +54,8 @@ KINDS: dict[str, Kind] = {
             (
                 Param("vocab", "int", "number of token ids", low=1, high=MAX_VOCAB),
                 Param("dim", "int", "width of each vector", low=1, high=MAX_WIDTH),
+                Param("scale", "float", "multiplies every vector looked up (Gemma: sqrt(dim)); null for none", None,
+                      1e-6, 1e6, nullable=True),
             ),
             counts="vocab x dim params (embedding); no FLOPs: a lookup multiplies nothing",
         ),
@@ -66,11 +74,15 @@ KINDS: dict[str, Kind] = {
                 Param("out", "int", "output width", low=1, high=MAX_VOCAB),
                 Param("bias", "bool", "add a learned bias", False),
                 Param("tie", "ref", "id of an embedding whose table this projection reuses", None, nullable=True),
+                Param("softcap", "float", "cap x tanh(out / cap) on its output (Gemma 2's logits); null for none", None,
+                      1e-6, 1e6, nullable=True),
             ),
             counts="in x out matmul params (counted once when tied); 2 FLOPs per param per token",
         ),
         Kind("rmsnorm", "Root-mean-square normalisation with a learned scale.", (_X,),
-             (Param("eps", "float", "added to the mean square", 1e-5, 0, 1),),
+             (Param("eps", "float", "added to the mean square", 1e-5, 0, 1),
+              Param("offset", "float", "the scale is offset + weight, the weight starting at 1 - offset "
+                    "(Gemma: 1)", 0.0, 0, 1)),
              counts="dim params; FLOPs not counted"),
         Kind("layernorm", "Layer normalisation with a learned scale and bias.", (_X,),
              (Param("eps", "float", "added to the variance", 1e-5, 0, 1),),
@@ -104,16 +116,19 @@ KINDS: dict[str, Kind] = {
             _GQA_PARAMS,
             extra_ports=True,
             extra_doc="any other port is handed to its sdpa (documents for a mask, tables for a score)",
-            counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa",
+            counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa (and 2 x head_dim for q/k norms)",
         ),
         Kind(
             "transformer_block",
-            "A pre-norm residual block: x + attention(norm(x)), then + mlp(norm(x)).",
+            "A pre-norm residual block: x + attention(norm(x)), then + mlp(norm(x)) (post_norms: x + norm(attention(norm(x))), ...).",
             (_X,),
             (
                 Param("dim", "int", "width of the residual stream; default the input's", None, 1, MAX_WIDTH),
                 Param("norm", "enum", "the normalisation before each half", "rmsnorm", choices=("rmsnorm", "layernorm")),
                 Param("eps", "float", "the norms' epsilon", 1e-5, 0, 1),
+                Param("norm_offset", "float", "the rmsnorms' offset (see rmsnorm)", 0.0, 0, 1),
+                Param("post_norms", "bool", "a norm after the attention and after the mlp too, before each residual add "
+                      "(Gemma 2)", False),
                 Param("attention", "object", "a gqa_attention's params"),
                 Param("mlp", "object", "an mlp's params"),
             ),
@@ -128,6 +143,9 @@ KINDS: dict[str, Kind] = {
             (
                 Param("repeat", "int", "number of repetitions", low=1, high=MAX_REPEAT),
                 Param("block", "object", "the block repeated: {kind, params}"),
+                Param("windows", "windows", "attention windows taken in turn, repetition i the (i mod n)th, null "
+                      "for none (Gemma 2's [4096, null]); replaces the block's window; divides repeat", None,
+                      nullable=True),
             ),
             extra_ports=True,
             extra_doc="any other port is handed to every repetition by name",

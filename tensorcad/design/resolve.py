@@ -27,7 +27,7 @@ from .expr.nodes import FUNCTIONS, INDEX_NAMES, SCORE_NAME
 from .model import Attention, Design, Input, Node, Wire
 from .schema import Kind, check_params
 
-_TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output")
+_TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output", "hf")
 _NODE_KEYS = ("id", "kind", "in", "params", "description")
 MAX_NODES = 10_000
 MAX_ID = 64
@@ -67,6 +67,18 @@ def _check_kind(value: Any, path: str) -> None:
         raise TensorcadError(path, f"unknown kind {shown(value)}{near} (kinds: {', '.join(KINDS)})")
 
 
+def _check_hf(hf: Any) -> None:
+    """`hf`: where an imported design came from (`tensorcad import-hf`) and what its
+    config held that the design carries rather than computes; it names the weight map."""
+    _object(hf, "hf")
+    model_type = hf.get("model_type")
+    if not isinstance(model_type, str) or not model_type.isidentifier() or len(model_type) > MAX_ID:
+        raise TensorcadError("hf.model_type", f"must be a Hugging Face model_type such as 'llama', got {model_type!r}")
+    _no_unknown(hf, ("model_type", "carried"), "hf", "the hf block")
+    if "carried" in hf:
+        _object(hf["carried"], "hf.carried")
+
+
 class _Resolver:
     def __init__(self, raw: dict):
         self.raw = raw
@@ -88,6 +100,8 @@ class _Resolver:
         if "description" in raw and not isinstance(raw["description"], str):
             raise TensorcadError("description", "must be a string")
         context = KINDS["pos_embedding"].param("context").check(raw.get("context", 2048), "context")
+        if "hf" in raw:
+            _check_hf(raw["hf"])
         self._inputs(raw["inputs"])
         order = self._order(raw["nodes"])
         for id in order:
@@ -358,11 +372,19 @@ class _Resolver:
                 raise TensorcadError(join(path, "heads"), f"width {dim_in} is not divisible by {heads} heads; give head_dim")
             head_dim = dim_in // heads
         bias = params["bias"]
+        qkv_bias = bias if params["qkv_bias"] is None else params["qkv_bias"]
         children = [
-            self._leaf("linear", "q", f"{name}.q", path, {"out": heads * head_dim, "bias": bias, "tie": None}, dim_in, heads * head_dim),
-            self._leaf("linear", "k", f"{name}.k", path, {"out": kv_heads * head_dim, "bias": bias, "tie": None}, dim_in, kv_heads * head_dim),
-            self._leaf("linear", "v", f"{name}.v", path, {"out": kv_heads * head_dim, "bias": bias, "tie": None}, dim_in, kv_heads * head_dim),
+            self._leaf("linear", "q", f"{name}.q", path, {"out": heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, heads * head_dim),
+            self._leaf("linear", "k", f"{name}.k", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
+            self._leaf("linear", "v", f"{name}.v", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
         ]
+        if params["qk_norm"] is not None:
+            # one RMSNorm of head_dim features for q and one for k, shared by every head (Qwen3)
+            norm = check_params(KINDS["rmsnorm"], params["qk_norm"], join(path, "qk_norm"))
+            params = {**params, "qk_norm": norm}
+            for which in ("q", "k"):
+                children.append(self._leaf("rmsnorm", f"{which}_norm", f"{name}.{which}_norm", join(path, "qk_norm"),
+                                           norm, head_dim, head_dim))
         if params["rope"] is not None:
             rope_raw = params["rope"]
             rpath = join(path, "rope")
@@ -372,7 +394,7 @@ class _Resolver:
             for which, width in (("q", heads * head_dim), ("k", kv_heads * head_dim)):
                 children.append(self._rope(f"rope_{which}", f"{name}.rope_{which}", rpath, rope, width,
                                            self._hand(handed, f"{name}.rope_{which}", ("pos",))))
-        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score")}
+        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score", "scale")}
         sdpa_params.update(kv_heads=kv_heads, head_dim=head_dim)
         sdpa = self._sdpa("sdpa", f"{name}.sdpa", path, sdpa_params, heads * head_dim,
                           self._hand(handed, f"{name}.sdpa"))
@@ -388,15 +410,21 @@ class _Resolver:
             raise TensorcadError(join(path, "dim"), f"{dim} differs from its input's width {dim_in}")
         norm = KINDS[params["norm"]]
         norm_params = {"eps": params["eps"]}
+        if params["norm_offset"]:
+            if norm.name != "rmsnorm":
+                raise TensorcadError(join(path, "norm_offset"), f"an offset scales an rmsnorm; this block's norm is {norm.name}")
+            norm_params["offset"] = params["norm_offset"]
         attention = self._build(KINDS["gqa_attention"], "attention", f"{name}.attention", join(path, "attention"),
                                 params["attention"], dim, self._hand(handed, f"{name}.attention"))
         mlp = self._build(KINDS["mlp"], "mlp", f"{name}.mlp", join(path, "mlp"), params["mlp"], dim, {})
-        children = (
-            self._leaf(norm.name, "attention_norm", f"{name}.attention_norm", path, norm_params, dim, dim),
-            attention,
-            self._leaf(norm.name, "mlp_norm", f"{name}.mlp_norm", path, norm_params, dim, dim),
-            mlp,
-        )
+        def norm_leaf(id):
+            return self._leaf(norm.name, id, f"{name}.{id}", path, norm_params, dim, dim)
+
+        if params["post_norms"]:  # Gemma 2: each half's output normalised before its residual add
+            children = (norm_leaf("attention_norm"), attention, norm_leaf("post_attention_norm"),
+                        norm_leaf("mlp_norm"), mlp, norm_leaf("post_mlp_norm"))
+        else:
+            children = (norm_leaf("attention_norm"), attention, norm_leaf("mlp_norm"), mlp)
         node = self._leaf("transformer_block", id, name, path, {**params, "dim": dim}, dim_in, dim, handed.values())
         return replace(node, children=children)
 
@@ -414,11 +442,34 @@ class _Resolver:
             inner, ipath = block["params"], join(bpath, "params")
         else:  # the block's params may also sit beside its kind
             inner, ipath = {k: v for k, v in block.items() if k != "kind"}, bpath
-        child = self._build(kind, "block", f"{name}.block", ipath, inner, dim_in, self._hand(handed, f"{name}.block"))
-        if child.dim != dim_in:
-            raise TensorcadError(bpath, f"the block maps width {dim_in} to {child.dim}; a stack needs them equal")
+        windows = params["windows"]
+        if windows is None:
+            variants = [inner]
+        else:
+            # one block per window, taken in turn: the stack runs the cycle repeat / n times
+            wpath = join(path, "windows")
+            if params["repeat"] % len(windows):
+                raise TensorcadError(wpath, f"{len(windows)} windows do not divide repeat {params['repeat']}")
+            if kind.name not in ("transformer_block", "gqa_attention"):
+                raise TensorcadError(wpath, f"windows set an attention's window; a {kind.name} block has none")
+            variants = []
+            for w in windows:
+                variant = dict(inner) if isinstance(inner, dict) else inner
+                if kind.name == "transformer_block" and isinstance(inner, dict):
+                    attention = inner.get("attention")
+                    variant["attention"] = {**attention, "window": w} if isinstance(attention, dict) else attention
+                elif isinstance(inner, dict):
+                    variant["window"] = w
+                variants.append(variant)
+        children = []
+        for i, variant in enumerate(variants):
+            cid = "block" if i == 0 else f"block_{i}"
+            child = self._build(kind, cid, f"{name}.{cid}", ipath, variant, dim_in, self._hand(handed, f"{name}.{cid}"))
+            if child.dim != dim_in:
+                raise TensorcadError(bpath, f"the block maps width {dim_in} to {child.dim}; a stack needs them equal")
+            children.append(child)
         node = self._leaf("stack", id, name, path, params, dim_in, dim_in, handed.values())
-        return replace(node, children=(child,), repeat=params["repeat"])
+        return replace(node, children=tuple(children), repeat=params["repeat"] // len(children))
 
 
 def resolve(raw: Any) -> Design:

@@ -31,7 +31,7 @@ MAX_REPEAT = 4096
 @dataclass(frozen=True)
 class Param:
     name: str
-    type: str  # int, float, bool, enum, expr, object, shape, ref
+    type: str  # int, float, bool, enum, expr, object, shape, ref, windows
     doc: str
     default: Any = REQUIRED
     low: float | None = None
@@ -89,6 +89,13 @@ class Param:
         elif kind == "object":
             if not isinstance(value, dict):
                 raise TensorcadError(path, f"expected an object, got {type(value).__name__}")
+        elif kind == "windows":
+            if not isinstance(value, list) or not 1 <= len(value) <= 16:
+                raise TensorcadError(path, "expected a list of 1 to 16 windows (positive integers or null)")
+            for i, w in enumerate(value):
+                if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 1 << 24):
+                    raise TensorcadError(join(path, i), f"{w!r} is not a window: a positive integer or null")
+            value = tuple(value)
         elif kind == "shape":
             if not isinstance(value, list) or not value or len(value) > 4:
                 raise TensorcadError(path, "expected a list of 1 to 4 positive integers")

@@ -114,7 +114,10 @@ class _Plan:
             p["mlp"]["hidden"] = self.w(p["mlp"]["hidden"])
             return dim_in
         if kind == "stack":
-            p["repeat"] = min(p["repeat"], self.depth)
+            cycle = len(p["windows"]) if p.get("windows") else 1  # blocks taken in turn stay whole cycles
+            p["repeat"] = max(cycle, min(p["repeat"], self.depth) // cycle * cycle)
+            if p.get("windows"):
+                p["windows"] = [self.window(w) for w in p["windows"]]
             block = p["block"]
             inner = block["params"] if "params" in block else block
             self.params(block["kind"], None, inner, dim_in)

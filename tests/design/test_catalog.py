@@ -33,7 +33,7 @@ def test_cli_prints_one_kind():
     run = subprocess.run([sys.executable, "-m", "tensorcad.cli", "catalog", "mlp"], capture_output=True, text=True)
     assert run.returncode == 0
     assert run.stdout == catalog_text("mlp")
-    assert "activation ('swiglu' | 'gelu' | 'relu', default swiglu)" in run.stdout
+    assert "activation ('swiglu' | 'geglu' | 'gelu' | 'gelu_tanh' | 'relu', default swiglu)" in run.stdout
 
 
 def test_cli_refuses_an_unknown_kind_in_one_line():

@@ -1,0 +1,207 @@
+"""Weight loading for a model imported from Hugging Face: source text, like `prelude`.
+
+A design that `tensorcad import-hf` wrote carries `hf.model_type`; its generated
+module gets the weight table (`HF_WEIGHTS`, from `tensorcad.hf.weights`), the
+runtime below, and three methods on `Model`: `load_hf_state_dict(state_dict)`,
+`from_pretrained(directory)` and `hf_state_dict()`. Checkpoints are read with torch
+alone (safetensors' layout is an 8-byte header length, a JSON header, raw bytes), so
+the module still needs only torch, and nothing reaches the network.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..hf.weights import WeightMap
+from . import layout
+
+HF_RUNTIME = '''
+
+# ---------------------------------------------------------------------------
+# Hugging Face weights: transformers' state_dict names <-> this model's
+#
+# HF_WEIGHTS rows are (their key, our keys, transposed). Several keys of ours
+# mean one fused tensor of theirs, laid end to end along dim 0 (Phi-3's
+# qkv_proj, GPT-2's c_attn); "transposed" marks GPT-2's Conv1D, which stores
+# (in, out). "{i}" stands for each layer. HF_TIED maps their keys for a
+# table shared with the embedding to the embedding's key.
+# ---------------------------------------------------------------------------
+
+
+def _hf_rows(n_layer):
+    """HF_WEIGHTS with {i} written out for every layer."""
+    rows = []
+    for theirs, ours, transposed in HF_WEIGHTS:
+        for i in range(n_layer) if "{i}" in theirs else [None]:
+            fill = (
+                (lambda s: s)
+                if i is None
+                else (lambda s, i=i: s.replace("{i}", str(i)))
+            )
+            rows.append((fill(theirs), tuple(fill(o) for o in ours), transposed))
+    return rows
+
+
+def copy_hf_weights(model, state_dict, n_layer):
+    """Copy transformers' tensors into model; any key missing, unexpected or
+    misshapen is one error naming every such key."""
+    params = dict(model.named_parameters())
+    rows = _hf_rows(n_layer)
+    expected = {theirs for theirs, _, _ in rows}
+    missing = sorted(expected - set(state_dict))
+    unexpected = sorted(set(state_dict) - expected - set(HF_TIED))
+    if missing or unexpected:
+        raise ValueError(
+            f"not {HF_CLASS}'s weights for this model: "
+            f"{len(missing)} missing ({', '.join(missing) or 'none'}); "
+            f"{len(unexpected)} unexpected ({', '.join(unexpected) or 'none'})"
+        )
+    copies, misfits = [], []
+    for theirs, ours, transposed in rows:
+        tensor = state_dict[theirs]
+        tensor = tensor.t() if transposed else tensor
+        shapes = [params[o].shape for o in ours]
+        if tensor.shape[1:] != shapes[0][1:] or tensor.shape[0] != sum(
+            s[0] for s in shapes
+        ):
+            want = [tuple(s) for s in shapes]
+            misfits.append(f"{theirs} {tuple(state_dict[theirs].shape)} (ours: {want})")
+            continue
+        copies.append((ours, tensor.split([s[0] for s in shapes], dim=0)))
+    if misfits:
+        raise ValueError(
+            f"{len(misfits)} tensors do not fit this model: {'; '.join(misfits)}"
+        )
+    with torch.no_grad():
+        for ours, parts in copies:
+            for o, part in zip(ours, parts):
+                params[o].copy_(part)
+
+
+def as_hf_weights(model, n_layer):
+    """model's weights under transformers' names, fused and transposed as theirs are."""
+    params = dict(model.named_parameters())
+    out = {}
+    for theirs, ours, transposed in _hf_rows(n_layer):
+        tensor = torch.cat([params[o].detach() for o in ours], dim=0)
+        out[theirs] = (tensor.t() if transposed else tensor).contiguous()
+    for theirs, embedding in HF_TIED.items():
+        out[theirs] = out[embedding]  # one table, as transformers ties it
+    return out
+
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+
+def read_safetensors(path):
+    """Every tensor of one .safetensors file, read with torch alone."""
+    import json
+
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+        data = bytearray(f.read())  # writable, so torch.frombuffer shares it quietly
+    tensors = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        start, end = entry["data_offsets"]
+        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+        count = (end - start) // torch.empty((), dtype=dtype).element_size()
+        flat = (
+            torch.frombuffer(data, dtype=dtype, count=count, offset=start)
+            if count
+            else torch.empty(0, dtype=dtype)
+        )
+        tensors[key] = flat.reshape(entry["shape"])
+    return tensors
+
+
+def read_checkpoint(directory):
+    """A local transformers checkpoint's state_dict: model.safetensors, its shards, or pytorch_model.bin."""
+    import json
+    import os
+
+    single = os.path.join(directory, "model.safetensors")
+    index = os.path.join(directory, "model.safetensors.index.json")
+    legacy = os.path.join(directory, "pytorch_model.bin")
+    if os.path.isfile(single):
+        return read_safetensors(single)
+    if os.path.isfile(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        state_dict = {}
+        for shard in shards:
+            state_dict.update(read_safetensors(os.path.join(directory, shard)))
+        return state_dict
+    if os.path.isfile(legacy):
+        return torch.load(legacy, map_location="cpu", weights_only=True)
+    raise FileNotFoundError(
+        f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin"
+    )
+'''
+
+
+def table_source(weights: WeightMap) -> str:
+    """`HF_CLASS`, `HF_WEIGHTS` and `HF_TIED` as Python literals (all names are ours or fixed)."""
+    q = json.dumps  # the names are dotted identifiers and "{i}": nothing to escape
+    lines = [
+        f"# transformers' {weights.hf_class}: whose state_dict names these are",
+        f"HF_CLASS = {q(weights.hf_class)}",
+        "HF_WEIGHTS = (",
+    ]
+    for e in weights.entries:
+        ours = "(" + ", ".join(q(o) for o in e.ours) + ("," if len(e.ours) == 1 else "") + ")"
+        lines += _row([q(e.hf), ours, str(e.transpose)], [q(o) for o in e.ours])
+    lines.append(")")
+    tied = ", ".join(f"{q(k)}: {q(v)}" for k, v in weights.tied)
+    lines.append(f"HF_TIED = {{{tied}}}")
+    return "\n".join(lines) + "\n"
+
+
+def _row(items: list[str], ours: list[str]) -> list[str]:
+    """One HF_WEIGHTS row as black lays it out: one line, else its items on one
+    indented line, else one item a line (the tuple of ours split likewise)."""
+    rows = layout.call("    ", "(", items, "),")
+    if len(rows) <= 3:
+        return rows
+    lines = ["    ("]
+    for item in items:
+        if len(f"        {item},") <= layout.WIDTH or len(ours) == 1:
+            lines.append(f"        {item},")
+        else:
+            lines += layout.call("        ", "(", ours, "),")
+    return lines + ["    ),"]
+
+
+def model_methods(stack: str) -> list[str]:
+    """The methods `Model` gets, reading the layer count from its stack `self.<stack>`."""
+    return [
+        "",
+        "    def load_hf_state_dict(self, state_dict):",
+        '        """Load transformers\' weights (HF_CLASS\'s state_dict, under its names)."""',
+        f"        copy_hf_weights(self, state_dict, len(self.{stack}))",
+        "        return self",
+        "",
+        "    def hf_state_dict(self):",
+        '        """This model\'s weights under transformers\' names; HF_CLASS.load_state_dict takes them."""',
+        f"        return as_hf_weights(self, len(self.{stack}))",
+        "",
+        "    @classmethod",
+        '    def from_pretrained(cls, directory, config=CONFIG, form="flex"):',
+        '        """A model holding a local transformers checkpoint\'s weights (no hub access)."""',
+        "        model = cls(config, form=form)",
+        "        model.load_hf_state_dict(read_checkpoint(directory))",
+        "        return model.eval()",
+    ]

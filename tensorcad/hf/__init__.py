@@ -1,0 +1,75 @@
+"""Hugging Face both ways: configs become designs, and weight names map between the two.
+
+`import_hf("path/to/config.json" or a model directory)` is the design `tensorcad import-hf`
+writes; `weights.weight_map(design)` is the table a generated model loads transformers'
+weights through. No torch and no transformers at import: a config is JSON and a weight
+map is data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import TensorcadError
+from .config import Disposition, Reader, looks_like_config, read_config
+from .families import SUPPORTED, family
+
+__all__ = ["SUPPORTED", "Disposition", "design_from_config", "dispositions", "import_hf", "load_design",
+           "looks_like_config"]
+
+
+def _read(config: dict[str, Any], where: str, documents: bool, positions: bool, name: str | None):
+    if not isinstance(config, dict):
+        raise TensorcadError(where, f"a config is an object, not {type(config).__name__}")
+    r = Reader(config, where)
+    model_type = config.get("model_type")
+    build = family(model_type, r.path("model_type"))
+    r.map("model_type", "hf.model_type (chooses the weight map)")
+    r.common()
+    if name is None:
+        origin = config.get("_name_or_path")
+        name = Path(origin).name if isinstance(origin, str) and origin.strip("/") else model_type
+    design = build(r, model_type, name, documents, positions)
+    r.finish()
+    design["description"] = (
+        f"Imported from a Hugging Face {model_type} config by tensorcad import-hf"
+        + (", with the document mask" if documents else "")
+        + (", reading positions that restart per document" if positions else "")
+        + "."
+    )
+    design["hf"] = {"model_type": model_type, "carried": dict(sorted(r.carried.items()))}
+    return design, r
+
+
+def design_from_config(config: dict[str, Any], *, documents: bool = False, positions: bool = False,
+                       name: str | None = None, where: str = "") -> dict[str, Any]:
+    """The design (a dict, as a design file holds it) a config's model computes."""
+    return _read(config, where, documents, positions, name)[0]
+
+
+def dispositions(config: dict[str, Any]) -> dict[str, Disposition]:
+    """Where each key of `config` goes: mapped (to a design path), carried or ignored (why)."""
+    return _read(config, "", False, False, None)[1].dispositions
+
+
+def import_hf(source: str | Path, *, documents: bool = False, positions: bool = False,
+              name: str | None = None) -> dict[str, Any]:
+    """The design of a `config.json`, or of a local model directory holding one."""
+    config, where = read_config(source)
+    if name is None:
+        folder = Path(where).parent.name
+        name = folder if folder and folder not in (".", "..") else None
+    return design_from_config(config, documents=documents, positions=positions, name=name, where=where)
+
+
+def load_design(source):
+    """`tensorcad.load`, but a Hugging Face config.json or model directory is imported first.
+
+    What the CLI calls wherever it takes a DESIGN, so `analyze`, `rules`, `codegen` and
+    `certify` read a model someone already has."""
+    from ..design import load
+
+    if isinstance(source, (str, Path)) and looks_like_config(source):
+        return load(import_hf(source))
+    return load(source)

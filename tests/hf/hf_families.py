@@ -1,0 +1,45 @@
+"""Tiny random configs of every supported family, built from transformers' own config classes."""
+
+from __future__ import annotations
+
+# No tokenizer ids: transformers warns (or, for Phi-3's pad id, refuses) when they lie outside a tiny vocabulary.
+_NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
+_LLAMA_SHAPES = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+WINDOW = 8  # Mistral's, Qwen2's and Phi-3's window, smaller than every document of the packed row
+WINDOWED = ("mistral", "qwen2", "phi3", "gemma2")
+
+
+def tiny_config(transformers, family: str):
+    t = transformers
+    if family == "llama":
+        return t.LlamaConfig(**_LLAMA_SHAPES, **_NO_TOKENS, rope_parameters={"rope_type": "default", "rope_theta": 500000.0})
+    if family == "llama-biased":  # every bias Llama can have, and a tied head
+        return t.LlamaConfig(**_LLAMA_SHAPES, **_NO_TOKENS, attention_bias=True, mlp_bias=True, tie_word_embeddings=True)
+    if family == "mistral":
+        return t.MistralConfig(**_LLAMA_SHAPES, **_NO_TOKENS, sliding_window=WINDOW)
+    if family == "qwen2":  # every layer sliding (layer_types), the one pattern a stack can say
+        return t.Qwen2Config(**_LLAMA_SHAPES, **_NO_TOKENS, use_sliding_window=True, sliding_window=WINDOW,
+                             max_window_layers=0)
+    if family == "qwen3":  # a head_dim other than hidden / heads, and a tied head
+        return t.Qwen3Config(**{**_LLAMA_SHAPES, "head_dim": 32}, **_NO_TOKENS, tie_word_embeddings=True)
+    if family == "phi3":
+        return t.Phi3Config(**_LLAMA_SHAPES, **_NO_TOKENS, sliding_window=WINDOW)
+    if family == "gemma2":
+        return tiny_gemma2(t)
+    if family == "gpt2":
+        return t.GPT2Config(vocab_size=97, n_embd=64, n_layer=2, n_head=4, n_positions=128, **_NO_TOKENS)
+    raise AssertionError(family)
+
+
+FAMILIES = ("llama", "llama-biased", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2")
+CONFIG_CLASSES = {"llama": "LlamaConfig", "llama-biased": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
+                  "qwen3": "Qwen3Config", "phi3": "Phi3Config", "gemma2": "Gemma2Config", "gpt2": "GPT2Config"}
+
+
+def tiny_gemma2(transformers, layers=4):
+    """Gemma 2 with its local and global layers in turn, soft caps, and a window of WINDOW."""
+    return transformers.Gemma2Config(
+        vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=WINDOW,
+        query_pre_attn_scalar=24, **_NO_TOKENS)

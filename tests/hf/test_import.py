@@ -1,0 +1,261 @@
+"""Configs become designs: every key accounted for, the presets' shapes analysed exactly
+as the presets are, and what a design cannot say refused in one line naming it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import tensorcad
+from tensorcad.errors import TensorcadError
+from tensorcad.hf import design_from_config, dispositions, import_hf
+
+from hf_families import CONFIG_CLASSES, FAMILIES, tiny_config  # tests/hf, on sys.path (rootdir import mode)
+
+transformers = pytest.importorskip("transformers", reason="transformers is absent: its config classes are the reference")
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("which", ["default", "tiny"])
+def test_every_key_of_the_config_class_goes_somewhere(family, which):
+    cls = getattr(transformers, CONFIG_CLASSES[family])
+    config = (cls() if which == "default" else tiny_config(transformers, family)).to_dict()
+    where = dispositions(config)
+    assert set(config) <= set(where), f"keys said to go nowhere: {sorted(set(config) - set(where))}"
+    for key in config:
+        assert where[key].how in ("mapped", "carried", "ignored"), key
+        assert where[key].note.strip(), f"{key} has no reason or destination"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_carried_keys_are_in_the_design(family):
+    config = tiny_config(transformers, family).to_dict()
+    design = design_from_config(config)
+    carried = {k for k, d in dispositions(config).items() if d.how == "carried" and k in config}
+    assert set(design["hf"]["carried"]) == carried
+    assert design["hf"]["model_type"] == config["model_type"] == family.split("-")[0]
+    tensorcad.load(design)  # a valid design
+
+
+def _config_of_preset(preset: str) -> dict:
+    """The preset's shapes written as transformers would: through its config class."""
+    t = transformers
+    if preset == "llama-3-8b":
+        return t.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                             num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                             rms_norm_eps=1e-5, rope_parameters={"rope_type": "default", "rope_theta": 500000.0}).to_dict()
+    if preset == "mistral-7b":
+        return t.MistralConfig(vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                               num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=32768,
+                               rms_norm_eps=1e-5, sliding_window=4096).to_dict()
+    if preset == "gpt2-small":
+        return t.GPT2Config().to_dict()
+    raise AssertionError(preset)
+
+
+OPERATING_POINTS = [
+    tensorcad.OperatingPoint(seq=2048),
+    tensorcad.OperatingPoint(seq=8192, packing=tensorcad.Packing(mean=1024, spread=1.0)),
+]
+
+
+@pytest.mark.parametrize("preset, documents", [
+    ("llama-3-8b", False), ("llama-3-8b", True), ("mistral-7b", False), ("gpt2-small", False), ("gpt2-small", True),
+])
+def test_the_presets_shapes_import_to_the_presets_analysis(preset, documents):
+    name = f"{preset}-documents" if documents else preset
+    want = tensorcad.load(name)
+    got = tensorcad.load(design_from_config(_config_of_preset(preset), documents=documents,
+                                            positions=name == "gpt2-small-documents", name=name))
+    assert got.context == want.context
+    for op in OPERATING_POINTS:
+        seq = min(op.seq, want.context)
+        op = tensorcad.OperatingPoint(seq=seq, packing=op.packing)
+        assert tensorcad.analyze(got, op).to_json() == tensorcad.analyze(want, op).to_json()
+
+
+def test_documents_and_positions_add_inputs_and_the_mask():
+    config = tiny_config(transformers, "llama").to_dict()
+    plain = design_from_config(config)
+    both = design_from_config(config, documents=True, positions=True)
+    assert set(plain["inputs"]) == {"ids"}
+    assert both["inputs"] == {"ids": {"role": "tokens"}, "documents": {"role": "documents"},
+                              "positions": {"role": "positions"}}
+    attention = both["nodes"][1]["params"]["block"]["params"]["attention"]
+    assert attention["mask"] == "doc(b, q) == doc(b, kv)"
+    assert both["nodes"][1]["in"] == {"x": "embed", "doc": "documents", "pos": "positions"}
+    assert tensorcad.check(tensorcad.load(both), tensorcad.OperatingPoint(seq=128)) is not None
+
+
+def _refused(config: dict) -> str:
+    with pytest.raises(TensorcadError) as e:
+        design_from_config(config)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_an_unknown_model_type_is_one_line_naming_it():
+    config = {**tiny_config(transformers, "llama").to_dict(), "model_type": "mamba"}
+    assert _refused(config).startswith("model_type: unknown model_type 'mamba' (supported: llama,")
+
+
+def test_a_known_family_the_language_cannot_say_yet_says_what_it_lacks():
+    message = _refused({**tiny_config(transformers, "gemma2").to_dict(), "model_type": "gemma3"})
+    assert message.startswith("model_type: 'gemma3': ") and "not in the design language yet" in message
+
+
+@pytest.mark.parametrize(
+    "change, path",
+    [
+        ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}, "rope_parameters.rope_type"),
+        ({"quantization_config": {"bits": 4}}, "quantization_config"),
+        ({"hidden_act": "gelu"}, "hidden_act"),
+        ({"is_encoder_decoder": True}, "is_encoder_decoder"),
+        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+    ],
+)
+def test_an_unsupported_field_is_one_line_naming_it(change, path):
+    config = {**tiny_config(transformers, "llama").to_dict(), **change}
+    assert _refused(config).startswith(f"{path}: ")
+
+
+def test_layer_types_without_a_short_cycle_are_refused_naming_them():
+    # Qwen2's max_window_layers: full layers first, then sliding ones; no cycle of <= 16 layers
+    config = transformers.Qwen2Config(num_hidden_layers=20, use_sliding_window=True, sliding_window=16,
+                                      max_window_layers=4).to_dict()
+    assert _refused(config).startswith("layer_types: no cycle of at most 16 layers repeats to these 20")
+
+
+def test_layer_types_in_turn_become_the_stacks_windows():
+    config = tiny_config(transformers, "gemma2").to_dict()
+    assert config["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    stack = design_from_config(config)["nodes"][1]["params"]
+    assert stack["windows"] == [8, None] and stack["repeat"] == 4
+    assert "window" not in stack["block"]["params"]["attention"]
+    design = tensorcad.load(design_from_config(config))
+    windows = [(a.window, layers) for a, layers in design.attentions()]
+    assert windows == [(8, 2), (None, 2)]
+
+
+def test_partial_rotary_is_refused():
+    config = tiny_config(transformers, "phi3").to_dict()
+    config["rope_parameters"] = {**config["rope_parameters"], "partial_rotary_factor": 0.5}
+    assert _refused(config).startswith("rope_parameters.partial_rotary_factor: ")
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tensorcad.cli", *args], capture_output=True, text=True)
+
+
+def test_import_hf_writes_a_design_from_a_directory(tmp_path):
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    tiny_config(transformers, "llama").save_pretrained(folder)
+    out = tmp_path / "design.json"
+    run = _cli("import-hf", str(folder), "--documents", "--positions", "-o", str(out))
+    assert run.returncode == 0, run.stderr
+    design = json.loads(out.read_text())
+    assert design == import_hf(folder, documents=True, positions=True)
+    assert design["name"] == "tiny-llama" and set(design["inputs"]) == {"ids", "documents", "positions"}
+
+
+def test_commands_take_a_config_where_they_take_a_design(tmp_path):
+    path = tmp_path / "config.json"
+    tiny_config(transformers, "mistral").to_json_file(path)
+    run = _cli("analyze", str(path), "--json")
+    assert run.returncode == 0, run.stderr
+    want = tensorcad.analyze(tensorcad.load(import_hf(path)), tensorcad.OperatingPoint(seq=128)).to_json()
+    assert json.loads(run.stdout) == want
+    assert _cli("rules", str(tmp_path)).returncode == 0
+    run = _cli("codegen", str(tmp_path))
+    assert run.returncode == 0 and "def load_hf_state_dict(self, state_dict):" in run.stdout
+
+
+def test_the_cli_refuses_a_bad_config_in_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**tiny_config(transformers, "llama").to_dict(), "model_type": "mamba"}))
+    for command in (["import-hf", str(path)], ["analyze", str(path)]):
+        run = _cli(*command)
+        assert run.returncode == 2
+        lines = run.stderr.strip().splitlines()
+        assert len(lines) == 1 and "unknown model_type 'mamba'" in lines[0] and str(path) in lines[0], lines
+
+
+def test_certify_takes_a_model_directory(tmp_path):
+    tiny_config(transformers, "gpt2").save_pretrained(tmp_path)
+    run = _cli("certify", str(tmp_path), "--json")
+    assert run.returncode == 0, run.stderr
+    (result,) = json.loads(run.stdout)
+    outcomes = {c["name"]: c["outcome"] for c in result["checks"]}
+    assert result["passed"] and outcomes["export"] == "passed" and outcomes["rules"] == "passed"
+
+
+def test_the_hf_package_imports_neither_torch_nor_transformers():
+    code = ("import sys, tensorcad.hf, tensorcad.hf.weights, tensorcad.codegen; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "[]", run.stderr
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_generated_weight_loading_is_formatted_as_black_leaves_it(family):
+    black = pytest.importorskip("black")
+    source = tensorcad.generate(tensorcad.load(design_from_config(
+        tiny_config(transformers, family).to_dict(), documents=True, positions=True)))
+    assert "HF_WEIGHTS = (" in source and "def from_pretrained(cls, directory" in source
+    assert black.format_str(source, mode=black.Mode()) == source
+
+
+# Shaped like the config.json files on the Hub (older transformers wrote rope_theta,
+# rope_scaling, torch_dtype, n_ctx, auto_map, task_specific_params): they import as written.
+HUB_FILES = {
+    "Meta-Llama-3-8B": {
+        "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+        "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+        "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 8192,
+        "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+        "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 500000.0,
+        "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.40.0.dev0",
+        "use_cache": True, "vocab_size": 128256,
+    },
+    "Phi-3-mini-4k-instruct": {
+        "_name_or_path": "Phi-3-mini-4k-instruct", "architectures": ["Phi3ForCausalLM"], "attention_bias": False,
+        "attention_dropout": 0.0, "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config"},
+        "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+        "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096, "model_type": "phi3",
+        "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+        "original_max_position_embeddings": 4096, "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05,
+        "rope_scaling": None, "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True, "vocab_size": 32064,
+    },
+    "gpt2": {
+        "activation_function": "gelu_new", "architectures": ["GPT2LMHeadModel"], "attn_pdrop": 0.1,
+        "bos_token_id": 50256, "embd_pdrop": 0.1, "eos_token_id": 50256, "initializer_range": 0.02,
+        "layer_norm_epsilon": 1e-05, "model_type": "gpt2", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+        "n_layer": 12, "n_positions": 1024, "resid_pdrop": 0.1, "summary_activation": None,
+        "summary_first_dropout": 0.1, "summary_proj_to_labels": True, "summary_type": "cls_index",
+        "summary_use_proj": True, "task_specific_params": {"text-generation": {"do_sample": True, "max_length": 50}},
+        "vocab_size": 50257,
+    },
+}
+
+
+@pytest.mark.parametrize("name", HUB_FILES)
+def test_hub_shaped_files_import(name, tmp_path):
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "config.json").write_text(json.dumps(HUB_FILES[name]))
+    design = tensorcad.load(import_hf(tmp_path / name))
+    assert design.name == name
+    if name == "Meta-Llama-3-8B":
+        assert tensorcad.analyze(design, OPERATING_POINTS[1]).to_json()["params"] == \
+            tensorcad.analyze(tensorcad.load("llama-3-8b"), OPERATING_POINTS[1]).to_json()["params"]
+
+
+def test_llama_3_1_rope_scaling_is_refused_naming_it():
+    config = {**HUB_FILES["Meta-Llama-3-8B"], "rope_scaling": {
+        "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
+    assert _refused(config).startswith("rope_scaling: ")
