@@ -71,3 +71,9 @@ def test_a_dtype_with_a_newline_is_shown_escaped(capsys):
 @pytest.mark.parametrize("design", ["/dev/zero", "/dev/stdin", "x" * 5000, "x" * 5000 + ".json", "nul\x00.json"])
 def test_designs_that_are_not_files_are_one_line(capsys, design):
     assert len(refused(capsys, "show", design)) < 400
+
+
+def test_a_fifo_named_config_json_is_refused_without_blocking(capsys, tmp_path):
+    fifo = tmp_path / "config.json"
+    os.mkfifo(fifo)
+    assert "not a regular file" in refused(capsys, "import-hf", str(fifo))
