@@ -20,6 +20,8 @@ _LAZY = {
     "Report": ("tensorcad.analysis.report", "Report"),
     "OperatingPoint": ("tensorcad.analysis.operating_point", "OperatingPoint"),
     "Packing": ("tensorcad.packing", "Packing"),
+    "Lengths": ("tensorcad.corpus.histogram", "Lengths"),
+    "load_lengths": ("tensorcad.corpus.histogram", "load_lengths"),
     "check": ("tensorcad.rules", "check"),
     "Diagnostic": ("tensorcad.rules", "Diagnostic"),
     "generate": ("tensorcad.codegen", "generate"),

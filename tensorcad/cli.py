@@ -169,7 +169,8 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def add_operating_point(p: argparse.ArgumentParser) -> None:
-    from .analysis.operating_point import DEFAULTS, HARDWARE
+    from .analysis.operating_point import COUNTS, DEFAULTS, HARDWARE
+    from .packing import STRATEGIES
 
     g = p.add_argument_group("operating point")
     g.add_argument("--seq", type=integer, help="tokens a sequence (default: the design's context)")
@@ -177,6 +178,17 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
                    help="train on packed rows of documents of this mean length (default: off, one document a row)")
     g.add_argument("--pack-spread", type=real, metavar="C",
                    help="coefficient of variation of document lengths: 0 fixed, 1 exponential (default 1 with --pack)")
+    g.add_argument("--pack-lengths", metavar="FILE",
+                   help="train on packed rows of documents whose lengths a file holds: a histogram "
+                        "(.json length -> count, .csv length,count) or a list (text, .npy, .parquet)")
+    g.add_argument("--pack-lengths-column", metavar="NAME", help="the Parquet column of lengths (default length)")
+    g.add_argument("--pack-strategy", choices=STRATEGIES, metavar="S",
+                   help="how rows are filled: stream (cut wherever they fall, the default), bfd, ffd "
+                        "(best/first-fit decreasing), split (Ding et al.: split only what exceeds a row), "
+                        "pad (one document a row)")
+    g.add_argument("--count", choices=COUNTS, default="kept",
+                   help="count training attention from the scores the mask keeps (kept, the default) or "
+                        "from the whole blocks a kernel computes (blocks); see docs/packing.md")
     g.add_argument("--hardware", default=DEFAULTS["hardware"], choices=sorted(HARDWARE),
                    help=f"accelerator (default {DEFAULTS['hardware']})")
     g.add_argument("--gpus", type=integer, default=DEFAULTS["gpus"], help=f"accelerators (default {DEFAULTS['gpus']:,})")
@@ -191,7 +203,10 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
 def packing_option(args: argparse.Namespace):
     from .packing import packing_of
 
-    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread")
+    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread",
+                      lengths=getattr(args, "pack_lengths", None), strategy=getattr(args, "pack_strategy", None),
+                      lengths_path="--pack-lengths", strategy_path="--pack-strategy",
+                      column=getattr(args, "pack_lengths_column", None))
 
 
 def operating_point(args: argparse.Namespace, design) -> Any:
@@ -202,7 +217,7 @@ def operating_point(args: argparse.Namespace, design) -> Any:
             seq=args.seq if args.seq is not None else design.context,
             packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
             price_per_gpu_hour=args.price, tokens=args.tokens,
-            train_dtype=args.train_dtype, serve_dtype=args.serve_dtype,
+            train_dtype=args.train_dtype, serve_dtype=args.serve_dtype, count=args.count,
         )
         check_budget(design, op)
         return op
@@ -289,6 +304,48 @@ def cmd_editor(args: argparse.Namespace) -> int:
 
         load(args.design)  # refuse a bad design here, in one line, before any server starts
     serve(design=args.design, port=args.port, open_browser=not args.no_browser)
+    return 0
+
+
+def cmd_lengths(args: argparse.Namespace) -> int:
+    from .corpus.histogram import write_histogram
+    from .corpus.reading import count_lengths, plot
+
+    total = 0
+    for file in args.corpus:
+        try:
+            total += Path(file).stat().st_size
+        except OSError as e:
+            raise TensorcadError(file, f"cannot read: {e.strerror}") from None
+    options = dict(field=args.field, separator=args.separator.encode().decode("unicode_escape"),
+                   by=args.by, tokenizer=args.tokenizer)
+    if args.json or not sys.stderr.isatty():
+        lengths, empty = count_lengths(args.corpus, **options)
+    else:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("counting"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                      console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("counting", total=total)
+            lengths, empty = count_lengths(args.corpus, progress=lambda n: bar.advance(task, n), **options)
+    if args.out:
+        write_histogram(lengths, args.out)
+    summary = {"documents": lengths.documents, "tokens": lengths.tokens, "empty": empty,
+               **{k: v for k, v in lengths.summary().items() if k != "documents"},
+               "by": "tokenizer" if args.tokenizer else args.by, "histogram": args.out}
+    if args.json:
+        _emit(summary, argparse.Namespace(json=True))
+        return 0
+    console = _console()
+    console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({summary['by']}), "
+                  f"{empty:,} empty skipped")
+    console.print(f"mean {lengths.mean:,.1f}, spread {lengths.spread:.3f}, p50 {summary['p50']:,}, "
+                  f"p90 {summary['p90']:,}, p99 {summary['p99']:,}, max {summary['max']:,}")
+    if not args.no_plot:
+        sys.stdout.write(plot(lengths) + "\n")
+    if args.out:
+        console.print(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})")
     return 0
 
 
@@ -388,6 +445,13 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=integer, default=300)
     p.add_argument("--params", type=integer, default=2_000_000)
     p.add_argument("--seed", type=integer, default=0)
+    p.add_argument("--corpus", metavar="FILE",
+                   help="train on real documents (JSONL, Parquet or text) instead of sorting problems, "
+                        "their boundaries kept; needs a design with a documents input")
+    p.add_argument("--tokenizer", metavar="DIR", help="a local Hugging Face tokenizer (default: UTF-8 bytes)")
+    p.add_argument("--field", default="text", help="the JSONL field or Parquet column of the text (default text)")
+    p.add_argument("--pack-strategy", metavar="S", choices=("stream", "bfd", "ffd", "split", "pad"),
+                   help="how the corpus's documents fill rows (default stream)")
     p.add_argument("--json", action="store_true")
 
     p = command("trace", "Print each op of a forward pass with its shapes and FLOPs beside the analysis.",
@@ -396,6 +460,20 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seq", type=integer, help="tokens a row (default 256, or the design's context if shorter)")
     p.add_argument("--params", type=integer, default=2_000_000)
     p.add_argument("--json", action="store_true")
+    p = command("lengths", "Count the document lengths of a corpus and write their histogram.", cmd_lengths,
+                epilog="CORPUS: .jsonl (the text under --field), .parquet (a text column, needs pyarrow), "
+                       "or plain text split by --separator. Streams: memory stays flat.")
+    p.add_argument("corpus", nargs="+", metavar="CORPUS")
+    p.add_argument("--field", default="text", help="the JSONL field or Parquet column of the text (default text)")
+    p.add_argument("--separator", default="\\n\\n",
+                   help="what divides plain-text documents, backslash escapes allowed (default a blank line)")
+    p.add_argument("--by", choices=("bytes", "whitespace"), default="whitespace",
+                   help="count tokens as UTF-8 bytes or whitespace-separated words (default whitespace)")
+    p.add_argument("--tokenizer", metavar="DIR", help="count with a local Hugging Face tokenizer (its tokenizer.json)")
+    p.add_argument("-o", "--out", default="lengths.json", metavar="FILE",
+                   help="where to write the histogram (default lengths.json; '' not to write)")
+    p.add_argument("--no-plot", action="store_true", help="print no plot")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)
     p.add_argument("design", nargs="?", help="a design to open (default: what you last edited, else llama-3-8b-documents)")
     p.add_argument("--port", type=integer, default=0, help="port on 127.0.0.1 (default: any free one)")

@@ -258,3 +258,68 @@ def fixed_phase_block_ratio(seq: int, length: int, block: int = DEFAULT_BLOCK) -
     kept, computed = fixed_phase_blocks(seq, length, block)
     return computed / kept
 
+
+
+# --- empirical lengths, and rows that begin on a boundary --------------------------------
+
+
+def _table(lengths) -> tuple[np.ndarray, np.ndarray]:
+    """(values, probabilities) of a ``corpus.histogram.Lengths``."""
+    values, counts = lengths.arrays
+    return values.astype(np.float64), counts.astype(np.float64) / counts.sum()
+
+
+def empirical_size_biased(lengths) -> float:
+    """Keys a query keeps far from the row's edges, for an empirical distribution.
+
+    E[L(L + 1)/2] / E[L]: a token lands in a document in proportion to its length.
+    """
+    v, p = _table(lengths)
+    return float((p * v * (v + 1) / 2).sum() / (p * v).sum())
+
+
+def empirical_age_survival(lengths, ages: np.ndarray) -> np.ndarray:
+    """P(age >= a) for an empirical distribution: E[(L - a)+] / E[L]."""
+    v, p = _table(lengths)
+    ages = np.asarray(ages, dtype=np.float64)
+    # E[(L - a)+] = sum_v p_v (v - a)+; sorted values let one cumulative sum serve every a.
+    tail_p = np.concatenate((np.cumsum((p)[::-1])[::-1], [0.0]))
+    tail_pv = np.concatenate((np.cumsum((p * v)[::-1])[::-1], [0.0]))
+    above = np.searchsorted(v, ages, side="right")  # first value > a
+    return (tail_pv[above] - ages * tail_p[above]) / float((p * v).sum())
+
+
+def empirical_edge_corrected(seq: int, lengths) -> float:
+    """``edge_corrected`` for an empirical distribution: a stream cut into rows at every phase."""
+    seq = _positive(seq, "seq")
+    ages = np.arange(1, seq, dtype=np.float64)
+    return 1.0 + float(np.dot(empirical_age_survival(lengths, ages), seq - ages)) / seq
+
+
+def boundary_keys(pieces: np.ndarray, weights: np.ndarray | None = None) -> float:
+    """Keys a query keeps when every row begins on a boundary: the mean of (position + 1).
+
+    Over the real tokens of pieces of ``pieces`` tokens (each keeps
+    n(n + 1)/2 of its own scores), weighted by how often each occurs.
+    """
+    n = np.asarray(pieces, dtype=np.float64)
+    w = np.ones_like(n) if weights is None else np.asarray(weights, dtype=np.float64)
+    return float((w * n * (n + 1) / 2).sum() / (w * n).sum())
+
+
+def truncated_keys(seq: int, lengths) -> float:
+    """``bfd``, ``ffd`` and ``pad``: documents truncated to a row, each beginning one or sharing one.
+
+    Every document is m = min(L, T) tokens from its first, so E[m(m + 1)/2] / E[m].
+    """
+    v, p = _table(lengths)
+    return boundary_keys(np.minimum(v, _positive(seq, "seq")), p)
+
+
+def split_keys(seq: int, lengths) -> float:
+    """``split``: a document of L tokens is floor(L/T) pieces of T and one of L mod T."""
+    seq = _positive(seq, "seq")
+    v, p = _table(lengths)
+    whole, rest = np.divmod(v, seq)
+    kept = whole * seq * (seq + 1) / 2 + rest * (rest + 1) / 2
+    return float((p * kept).sum() / (p * v).sum())

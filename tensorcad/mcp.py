@@ -137,14 +137,16 @@ def _design(design: Design):
     return load(design)
 
 
-def _op(design, seq, pack, pack_spread, hardware, gpus, mfu, price_per_gpu_hour, tokens):
+def _op(design, seq, pack, pack_spread, hardware, gpus, mfu, price_per_gpu_hour, tokens,
+        pack_lengths=None, pack_strategy=None, count=None):
     from .analysis.operating_point import DEFAULTS, OperatingPoint, check_budget
     from .packing import packing_of
 
     try:
         op = OperatingPoint(
             seq=design.context if seq is None else seq,
-            packing=packing_of(pack, pack_spread),
+            packing=packing_of(pack, pack_spread, lengths=pack_lengths, strategy=pack_strategy),
+            count="kept" if count is None else count,
             hardware=DEFAULTS["hardware"] if hardware is None else hardware,
             gpus=DEFAULTS["gpus"] if gpus is None else gpus,
             mfu=DEFAULTS["mfu"] if mfu is None else mfu,
@@ -218,11 +220,16 @@ def build_server() -> MCPServer:
                              "training time and cost, serving. Returns the report's JSON.")
     def analyze(design: Design, seq: int | None = None, pack: float | None = None, pack_spread: float | None = None,
                 hardware: str | None = None, gpus: int | None = None, mfu: float | None = None,
-                price_per_gpu_hour: float | None = None, tokens: float | None = None) -> dict:
+                price_per_gpu_hour: float | None = None, tokens: float | None = None,
+                pack_lengths: str | None = None, pack_strategy: str | None = None,
+                count: str | None = None) -> dict:
+        """pack_lengths: a file of document lengths (histogram or list) instead of pack/pack_spread;
+        pack_strategy: stream, bfd, ffd, split or pad; count: kept or blocks (what training counts)."""
         from .analysis.report import analyze as run
 
         d = _design(design)
-        return run(d, _op(d, seq, pack, pack_spread, hardware, gpus, mfu, price_per_gpu_hour, tokens)).to_json()
+        return run(d, _op(d, seq, pack, pack_spread, hardware, gpus, mfu, price_per_gpu_hour, tokens,
+                          pack_lengths, pack_strategy, count)).to_json()
 
     @_tool(server, "Lint a design at an operating point: [{rule, severity, message, path}].")
     def rules(design: Design, seq: int | None = None, pack: float | None = None,

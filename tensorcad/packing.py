@@ -1,10 +1,14 @@
 """Packed training rows: the one place that draws them.
 
-A packed row is a window of a stream of documents laid end to end, so it
-usually begins and ends inside a document. Document lengths are gamma with
-mean ``mean`` and coefficient of variation ``spread`` (0: fixed lengths, 1:
-exponential). The engine's sampler, the runtime's made-up packing and the
-test harness all draw from here, so they agree on what a packing is.
+Under the ``stream`` strategy a packed row is a window of a stream of
+documents laid end to end, so it usually begins and ends inside a document;
+the bin-packing strategies (``bfd``, ``ffd``, ``split``, ``pad``,
+``tensorcad.packers``) begin every row on a boundary and pad its end.
+Document lengths are gamma with mean ``mean`` and coefficient of variation
+``spread`` (0: fixed lengths, 1: exponential), or empirical
+(``corpus.histogram.Lengths``). The engine's sampler, the runtime's made-up
+packing and the test harness all draw from here, so they agree on what a
+packing is.
 
 The stream is built for low noise rather than realism: one length per
 stratum of the distribution (quantiles at ``(i + 0.5) / count``), shuffled,
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaincinv
 
+from tensorcad.corpus.histogram import Lengths
 from tensorcad.errors import TensorcadError, check_integer
 
 MAX_MEAN = 2**24
@@ -34,6 +39,13 @@ MAX_ROWS = 2**20
 # workload: 2**28 int64 tokens is 2 GiB for each of documents and positions.
 MAX_DRAWN_TOKENS = 2**28
 MIN_STREAM_DOCUMENTS = 1024
+# How rows are filled (docs/packing.md): a stream cut into rows, best-fit and
+# first-fit decreasing, Ding et al.'s split-then-best-fit, one document a row.
+STRATEGIES = ("stream", "bfd", "ffd", "split", "pad")
+# Documents a bin-packer sees at once. TRL packs through ``datasets.map``,
+# whose batches hold 1,000 examples by default; each batch is packed alone.
+DEFAULT_BUFFER = 1000
+MAX_BUFFER = 2**20
 
 
 def _real(value: object, path: str) -> float:
@@ -61,35 +73,99 @@ def check_spread(spread: object, path: str = "packing.spread") -> float:
     return value
 
 
+def check_strategy(strategy: object, path: str = "packing.strategy") -> str:
+    if strategy not in STRATEGIES:
+        raise TensorcadError(path, f"unknown strategy {strategy!r} (strategies: {', '.join(STRATEGIES)})")
+    return str(strategy)
+
+
 @dataclass(frozen=True)
 class Packing:
-    """Documents of gamma-distributed length: ``mean`` tokens, coefficient of variation ``spread``.
+    """How training rows are packed: document lengths, and the strategy that fills rows.
 
-    Spread defaults to 1 (exponential lengths) because real corpora vary;
-    fixed lengths are the special case ``spread=0``.
+    Lengths are gamma with ``mean`` tokens and coefficient of variation
+    ``spread`` (spread defaults to 1, exponential, because real corpora vary;
+    ``spread=0`` is fixed lengths), or empirical: ``lengths``, a histogram,
+    whose own mean and spread then replace the two numbers (a ``mean`` given
+    beside it must agree). ``strategy`` is one of ``STRATEGIES``; ``buffer`` the
+    documents a bin-packing strategy packs at once.
     """
 
-    mean: float
-    spread: float = 1.0
+    mean: float | None
+    spread: float | None = 1.0
+    lengths: Lengths | None = None
+    strategy: str = "stream"
+    buffer: int = DEFAULT_BUFFER
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mean", check_mean(self.mean))
-        object.__setattr__(self, "spread", check_spread(self.spread))
+        if self.lengths is not None:
+            if not isinstance(self.lengths, Lengths):
+                raise TensorcadError("packing.lengths", "expected a Lengths (corpus.histogram.load_lengths)")
+            if self.mean is not None and abs(check_mean(self.mean) - self.lengths.mean) > 1e-9 * self.lengths.mean:
+                raise TensorcadError("packing.mean", f"{self.mean:g} disagrees with the lengths' own mean "
+                                                     f"{self.lengths.mean:g}; give one or the other")
+            object.__setattr__(self, "mean", check_mean(self.lengths.mean))
+            object.__setattr__(self, "spread", float(self.lengths.spread))
+        else:
+            if self.mean is None:
+                raise TensorcadError("packing.mean", "a packing needs a mean document length or lengths")
+            object.__setattr__(self, "mean", check_mean(self.mean))
+            object.__setattr__(self, "spread", check_spread(1.0 if self.spread is None else self.spread))
+        object.__setattr__(self, "strategy", check_strategy(self.strategy))
+        object.__setattr__(self, "buffer", check_integer(self.buffer, "packing.buffer", 1, MAX_BUFFER))
+
+    def to_json(self) -> dict:
+        """The operating point's ``packing``: mean, spread, strategy, and what was read, if any."""
+        out: dict = {"mean": self.mean, "spread": self.spread, "strategy": self.strategy}
+        if self.strategy in ("bfd", "ffd", "split"):
+            out["buffer"] = self.buffer
+        if self.lengths is not None:
+            out["lengths"] = self.lengths.summary()
+        return out
+
+    def document_lengths(self, count: int, seed: int = 0) -> np.ndarray:
+        """One whole-token length per stratum of this packing's distribution, shuffled."""
+        if self.lengths is None:
+            return document_lengths(self.mean, self.spread, count, seed)
+        count = check_integer(count, "count", 1, 2**31)
+        seed = check_integer(seed, "seed", 0, 2**63 - 1)
+        whole = self.lengths.strata(count).astype(np.int64)
+        np.random.default_rng(seed).shuffle(whole)
+        return whole
 
 
 def packing_of(mean: object, spread: object = None, *, mean_path: str = "pack",
-               spread_path: str = "pack_spread") -> Packing | None:
+               spread_path: str = "pack_spread", lengths: object = None, strategy: object = None,
+               lengths_path: str = "pack_lengths", strategy_path: str = "pack_strategy",
+               column: str | None = None) -> Packing | None:
     """The packing that optional settings describe, the same everywhere (CLI, MCP, editor).
 
-    None without a mean (one document a row); spread 1 when only a mean is given,
-    because real corpora vary; a spread without a mean is refused, naming it.
+    None without a mean or lengths (one document a row); spread 1 when only a
+    mean is given, because real corpora vary; a spread or strategy with nothing
+    to pack is refused, naming it. ``lengths`` is a file to read
+    (``corpus.histogram.load_lengths``) or a ``Lengths``; it cannot be given
+    with a mean or spread, since it has its own.
     """
+    if lengths is not None:
+        for given, path in ((mean, mean_path), (spread, spread_path)):
+            if given is not None:
+                raise TensorcadError(path, f"cannot be given with {lengths_path}, which has its own")
+        if not isinstance(lengths, Lengths):
+            from tensorcad.corpus.histogram import load_lengths
+
+            if not isinstance(lengths, (str, bytes)) and not hasattr(lengths, "__fspath__"):
+                raise TensorcadError(lengths_path, "expected a file of lengths")
+            lengths = load_lengths(lengths, column)
+        return Packing(None, None, lengths=lengths,
+                       strategy=check_strategy("stream" if strategy is None else strategy, strategy_path))
     if mean is None:
-        if spread is not None:
-            raise TensorcadError(spread_path, f"needs {mean_path} (the mean document length)")
+        for given, path in ((spread, spread_path), (strategy, strategy_path)):
+            if given is not None:
+                raise TensorcadError(path, f"needs {mean_path} (the mean document length) or {lengths_path}")
         return None
     return Packing(check_mean(mean, mean_path),
-                   Packing.spread if spread is None else check_spread(spread, spread_path))
+                   Packing.spread if spread is None else check_spread(spread, spread_path),
+                   strategy=check_strategy("stream" if strategy is None else strategy, strategy_path))
 
 
 def document_lengths(mean: float, spread: float, count: int, seed: int = 0) -> np.ndarray:
@@ -133,23 +209,28 @@ class Stream:
         return int(self.lengths.sum())
 
     @classmethod
-    def build(cls, rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0) -> Stream:
+    def build(cls, rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0,
+              lengths: Lengths | None = None) -> Stream:
+        """The stream for gamma lengths (mean, spread), or for an empirical ``lengths``."""
         rows = check_integer(rows, "rows", 1, MAX_ROWS)
         seq = check_integer(seq, "seq", 1, MAX_SEQ)
-        mean = check_mean(mean, "mean")
-        spread = check_spread(spread, "spread")
         seed = check_integer(seed, "seed", 0, 2**63 - 1)
+        if lengths is None:
+            packing = Packing(check_mean(mean, "mean"), check_spread(spread, "spread"))
+        else:
+            packing = Packing(None, None, lengths=lengths)
+        mean = packing.mean
         needed = rows * seq
         # Every length is at least one token, so a mean under 1 still fills
         # the rows with ``needed`` documents; this keeps tiny means bounded.
         count = max(MIN_STREAM_DOCUMENTS, math.ceil(needed / max(mean, 1.0)))
-        lengths = document_lengths(mean, spread, count, seed)
+        lengths = packing.document_lengths(count, seed)
         total = int(lengths.sum())
         while total < needed:
             # Rounding, and the strata missing the far tail, can leave the
             # stream short of the mean; grow it in proportion and redraw.
             count = math.ceil(count * needed / total) + 1
-            lengths = document_lengths(mean, spread, count, seed)
+            lengths = packing.document_lengths(count, seed)
             total = int(lengths.sum())
         # Row r begins somewhere in the r-th of ``rows`` equal slices of the
         # stream: every phase is represented, yet no two rows coincide.
@@ -222,6 +303,10 @@ class RowBoundaries:
     cuts: np.ndarray
     offsets: np.ndarray
     first_age: np.ndarray
+    # Padding tokens at the end of each row (rows, ), or None: no padding. A
+    # row's padding is a document of its own (a cut where it begins), which
+    # the kernel computes like any other, but it holds no real tokens.
+    padding: np.ndarray | None = None
 
     @property
     def rows(self) -> int:
@@ -283,19 +368,29 @@ def _positions_from_cuts(
 
 
 def draw_boundaries(
-    rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0
+    rows: int, seq: int, mean: float | None = None, spread: float = 1.0, seed: int = 0, *,
+    packing: Packing | None = None,
 ) -> RowBoundaries:
     """The boundaries of the rows ``draw`` would return, without the (rows, seq) arrays."""
-    return Stream.build(rows, seq, mean, spread, seed).boundaries()
+    if packing is None or (packing.lengths is None and packing.strategy == "stream"):
+        if packing is not None:
+            mean, spread = packing.mean, packing.spread
+        return Stream.build(rows, seq, mean, spread, seed).boundaries()
+    from tensorcad.packers import draw_packed
+
+    return draw_packed(packing, rows, seq, seed).boundaries
 
 
 def draw(
-    rows: int, seq: int, mean: float, spread: float = 1.0, seed: int = 0
+    rows: int, seq: int, mean: float | None = None, spread: float = 1.0, seed: int = 0, *,
+    packing: Packing | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(documents, positions)``, both int64 (rows, seq), for a seeded packing.
 
     ``documents`` starts at 0 in each row and rises by one at each boundary;
     ``positions`` is ``positions_of(documents)``. Same arguments, same arrays.
+    ``packing`` (instead of mean and spread) draws any packing: empirical
+    lengths, any strategy; a row's padding is then a document of its own.
     """
     rows = check_integer(rows, "rows", 1, MAX_ROWS)
     seq = check_integer(seq, "seq", 1, MAX_SEQ)
@@ -305,7 +400,7 @@ def draw(
             f"{rows} x {seq} tokens is more than {MAX_DRAWN_TOKENS} to materialise; "
             "use draw_boundaries",
         )
-    boundaries = draw_boundaries(rows, seq, mean, spread, seed)
+    boundaries = draw_boundaries(rows, seq, mean, spread, seed, packing=packing)
     # Equal to positions_of(documents), built from the boundaries directly.
     return boundaries.documents(), boundaries.positions()
 

@@ -180,6 +180,14 @@ def smoke_train(args: argparse.Namespace) -> int:
     from .runtime.training import smoke_train as run_training
 
     design = load(args.design)
+    if getattr(args, "corpus", None) is not None:
+        from .runtime.corpus_training import train_on_corpus
+
+        def run_training(design, **options):  # the same options, on the corpus's documents
+            return train_on_corpus(design, args.corpus, tokenizer=args.tokenizer, field=args.field,
+                                   strategy=args.pack_strategy or "stream", **options)
+    elif getattr(args, "tokenizer", None) is not None or getattr(args, "pack_strategy", None) is not None:
+        raise TensorcadError("--corpus", "--tokenizer and --pack-strategy need a corpus to read")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = _with_progress(args.json, args.steps, lambda progress: run_training(

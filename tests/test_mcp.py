@@ -50,7 +50,7 @@ def test_analyze_reports_packed_figures_with_the_report_names(answers):
 
 
 def test_a_mean_alone_gets_spread_one(answers):
-    assert _result(answers[2])["operatingPoint"]["packing"] == {"mean": 512.0, "spread": 1.0}
+    assert _result(answers[2])["operatingPoint"]["packing"] == {"mean": 512.0, "spread": 1.0, "strategy": "stream"}
 
 
 def test_bad_input_is_a_tool_error_naming_the_value(answers):

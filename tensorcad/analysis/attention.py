@@ -133,9 +133,19 @@ def _sampled(keep: Expr | None, heads: int, roles: tuple[tuple[str, str], ...], 
 
     strata = query_strata(rows.count, QUERIES, rng)
     total = rows.count * QUERIES
-    t = np.floor((strata + rng.random(strata.shape)) * (seq / total)).astype(np.int64)
-    query_t = np.minimum(t, seq - 1).ravel()
     query_row = np.repeat(np.arange(rows.count), QUERIES)
+    weight = None
+    if rows.real is None:
+        t = np.floor((strata + rng.random(strata.shape)) * (seq / total)).astype(np.int64)
+        query_t = np.minimum(t, seq - 1).ravel()
+    else:
+        # Queries over real tokens only: the same strata, of each row's real
+        # part, and a query weighted by its row's real tokens, so the mean is
+        # over real tokens rather than over rows.
+        real = rows.real.astype(np.float64)
+        fraction = ((strata + rng.random(strata.shape)) / total).ravel()
+        query_t = np.minimum(np.floor(fraction * real[query_row]), real[query_row] - 1).astype(np.int64)
+        weight = real[query_row] / real.mean()
     query_head = (strata % heads).ravel()
     points = _Queries(keep, role_of, rows, query_row, query_head, query_t)
 
@@ -167,7 +177,7 @@ def _sampled(keep: Expr | None, heads: int, roles: tuple[tuple[str, str], ...], 
             if draw_from is maybe:
                 break
         owner, lo, hi = _split(owner[split], lo[split], hi[split])
-    mean, stderr = _control_variate(kept, rows, query_row, query_t)
+    mean, stderr = _control_variate(kept, rows, query_row, query_t, weight)
     return KeysEstimate(mean, False, stderr, evaluated)
 
 
@@ -238,7 +248,7 @@ def bare_variables(expr: Expr) -> frozenset[str]:
 
 
 def _control_variate(kept: np.ndarray, rows: Rows, query_row: np.ndarray,
-                     query_t: np.ndarray) -> tuple[float, float]:
+                     query_t: np.ndarray, weight: np.ndarray | None = None) -> tuple[float, float]:
     """The mean with the noise of where the queries fell, and of which rows were drawn, taken out.
 
     The keys a plain document-causal mask keeps at the same queries,
@@ -253,7 +263,11 @@ def _control_variate(kept: np.ndarray, rows: Rows, query_row: np.ndarray,
     the row edges cut: 1.2% at 8 documents a row), leaving only that of the
     difference K - beta C, which is 0 for a document-causal mask.
     ``stderr`` is the standard error of the queries' residuals, K - beta C.
+    ``weight`` (rows ending in padding) weighs each query by its row's real
+    tokens, making every mean one over real tokens.
     """
+    if weight is not None:
+        return _weighted_control_variate(kept, rows, query_row, query_t, weight)
     control = rows.at("positions", query_row, query_t).astype(np.float64) + 1
     if rows.causal_keys is not None:
         expected = rows.causal_keys
@@ -268,6 +282,23 @@ def _control_variate(kept: np.ndarray, rows: Rows, query_row: np.ndarray,
     residual = kept - beta * control
     n = len(kept)
     mean = float(kept.mean()) - beta * (float(control.mean()) - expected)
+    stderr = float(residual.std(ddof=1)) / n**0.5 if n > 1 else 0.0
+    return mean, stderr
+
+
+def _weighted_control_variate(kept, rows: Rows, query_row, query_t, weight) -> tuple[float, float]:
+    """``_control_variate`` with weighted means (the weights average 1)."""
+    control = rows.at("positions", query_row, query_t).astype(np.float64) + 1
+    expected = rows.causal_keys
+    n = len(kept)
+    total = float(weight.sum())
+    c_mean = float((weight * control).sum()) / total
+    k_mean = float((weight * kept).sum()) / total
+    spread = control - c_mean
+    var_c = float((weight * spread * spread).sum())
+    beta = float((weight * spread * (kept - k_mean)).sum()) / var_c if var_c > 0 else 0.0
+    residual = weight * (kept - beta * control)
+    mean = k_mean - beta * (c_mean - expected)
     stderr = float(residual.std(ddof=1)) / n**0.5 if n > 1 else 0.0
     return mean, stderr
 

@@ -178,8 +178,9 @@ class _ControlVariate:
         self.weight = weight
         self.control = control
         self.control_mean = float((weight * control).sum())
-        self.expected = (batch.causal_keys * batch.seq if batch.causal_keys is not None
-                         else self.control_mean)
+        # Over real tokens: a padded row's padding is no document of the control's.
+        self.expected = (batch.causal_keys * batch.seq * batch.real_fraction
+                         if batch.causal_keys is not None else self.control_mean)
         self.spread = control - self.control_mean
         self.variance = float((weight * self.spread * self.spread).sum())
 

@@ -52,6 +52,8 @@ HARDWARE: dict[str, dict] = {
 
 BYTES = {"fp32": 4.0, "tf32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5}
 
+COUNTS = ("kept", "blocks")
+
 DEFAULTS = {
     "hardware": "H100",
     "gpus": 1024,
@@ -82,6 +84,10 @@ class OperatingPoint:
     serve_dtype: str = DEFAULTS["serve_dtype"]
     seed: int = 0
     block: int = 128
+    # What the training figure counts: the scores the mask keeps ("kept"), or
+    # every score of every block a kernel computes ("blocks"); docs/packing.md
+    # holds the evidence for the default.
+    count: str = "kept"
 
     def __post_init__(self) -> None:
         if isinstance(self.seq, bool) or not isinstance(self.seq, int):
@@ -113,6 +119,8 @@ class OperatingPoint:
             raise TensorcadError(
                 "trainDtype", f"{self.hardware} has no {self.train_dtype} peak ({', '.join(HARDWARE[self.hardware]['peak'])})"
             )
+        if self.count not in COUNTS:
+            raise TensorcadError("count", f"unknown count {self.count!r} ({', '.join(COUNTS)})")
         if isinstance(self.block, bool) or not isinstance(self.block, int) or not 1 <= self.block <= 4096:
             raise TensorcadError("block", f"{shown(self.block)} is not an integer in 1..4096")
 
@@ -144,6 +152,8 @@ class OperatingPoint:
             "mfu": self.mfu,
             "pricePerGpuHour": self.price_per_gpu_hour,
             "tokens": self.tokens,
-            "packing": None if self.packing is None else {"mean": self.packing.mean, "spread": self.packing.spread},
+            "packing": None if self.packing is None else self.packing.to_json(),
         }
+        if self.count != "kept":
+            out["count"] = self.count
         return out

@@ -13,11 +13,12 @@ from ..design import load
 from ..design.expr import reads
 from ..design.model import Attention, Design
 from ..packing import Packing
-from .attention import keys_per_query
+from .attention import ROWS, keys_per_query
 from .blocks import block_counts
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
 from .operating_point import BYTES, OperatingPoint, check_budget
 from .params import ParamCount, count_params
+from .rows import packed_rows
 from .serving import PerStream, per_stream
 from ..format import binary_bytes, duration, money, quantity, si
 
@@ -31,9 +32,16 @@ class Flops:
     attention_share: float
     fwd_attention_blocks: float
     block_ratio: float
+    # Under a packing: what it did to the rows (packers.Packed.to_json), else None.
+    packing: dict | None = None
+
+    @property
+    def train_per_token_blocks(self) -> float:
+        """Training FLOPs a token with attention counted in whole blocks."""
+        return train_flops(self.fwd_per_token - self.fwd_attention + self.fwd_attention_blocks)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "fwdPerToken": self.fwd_per_token,
             "trainPerToken": self.train_per_token,
             "fwdAttention": self.fwd_attention,
@@ -42,6 +50,9 @@ class Flops:
             "fwdAttentionBlocks": self.fwd_attention_blocks,
             "blockRatio": self.block_ratio,
         }
+        if self.packing is not None:
+            out["packing"] = self.packing
+        return out
 
 
 @dataclass(frozen=True)
@@ -80,6 +91,7 @@ class Report:
                 "seconds": self.training_seconds,
                 "gpuHours": self.gpu_hours,
                 "cost": self.cost,
+                **({"count": self.operating_point.count} if self.operating_point.count != "kept" else {}),
             },
             "serving": serving,
             **({"warnings": list(self.warnings)} if self.warnings else {}),
@@ -95,15 +107,28 @@ def reads_documents(attention: Attention) -> bool:
 
 
 def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op: OperatingPoint) -> Flops:
+    """FLOPs a token; under a packing, a *real* token: padding is paid compute.
+
+    Rows that end in padding spend every matmul on their padding too, so a
+    real token carries 1 / (real share) of them; keys a query are over real
+    tokens, and the blocks a row computes are shared among its real tokens.
+    """
     attention = blocks = width = 0.0
+    real = 1.0
+    stats = None
     for a, layers in design.attentions():
         pack = packing if packing is not None and reads_documents(a) else None
         keys = keys_per_query(a, seq, pack, seed=op.seed).mean
-        computed = block_counts(a, seq, pack, seed=op.seed, block=op.block).computed / seq
+        if pack is not None:
+            drawn = packed_rows(seq, pack, op.seed, ROWS)
+            real = drawn.real_fraction
+            stats = {"strategy": pack.strategy, **drawn.packed.to_json()}
+        share = real if pack is not None else 1.0
+        computed = block_counts(a, seq, pack, seed=op.seed, block=op.block).computed / (seq * share)
         attention += layers * attention_flops(keys, a.head_dim, a.heads)
         blocks += layers * attention_flops(computed, a.head_dim, a.heads)
         width += layers * attention_flops(1.0, a.head_dim, a.heads)
-    forward = matmul + attention
+    forward = matmul / real + attention
     return Flops(
         fwd_per_token=forward,
         train_per_token=train_flops(forward),
@@ -112,6 +137,7 @@ def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op:
         attention_share=attention / forward if forward else 0.0,
         fwd_attention_blocks=blocks,
         block_ratio=blocks / attention if attention else 1.0,
+        packing=stats,
     )
 
 
@@ -155,7 +181,8 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         packed = _flops(design, matmul, op.seq, op.packing, op)
     train = packed if packed is not None else flops
     tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
-    time = training_time(tokens, train.train_per_token, op.gpus, op.peak, op.mfu, op.price_per_gpu_hour)
+    per_token = train.train_per_token if op.count == "kept" else train.train_per_token_blocks
+    time = training_time(tokens, per_token, op.gpus, op.peak, op.mfu, op.price_per_gpu_hour)
     return Report(
         design=design.name,
         operating_point=op,
@@ -177,7 +204,11 @@ def render(report: Report):
     from rich.table import Table
 
     op = report.operating_point
-    pack = f", packed {op.packing.mean:g}-token documents (spread {op.packing.spread:g})" if op.packing else ""
+    pack = ""
+    if op.packing:
+        source = f" read from {op.packing.lengths.source}" if op.packing.lengths is not None else ""
+        pack = (f", packed {op.packing.mean:,.4g}-token documents (spread {op.packing.spread:.3g}){source}"
+                f", {op.packing.strategy}")
     t = Table(title=f"{report.design} at {op.seq:,} tokens{pack}", box=None, show_header=False, pad_edge=False)
     t.add_column(style="bold")
     t.add_column(justify="right")
@@ -196,6 +227,18 @@ def render(report: Report):
         t.add_row("  packed attention", si(k.fwd_attention, "FLOP"),
                   f"{k.keys_per_query:,.1f} keys a query, {k.attention_share:.1%} of the forward pass")
         t.add_row("  in whole blocks", si(k.fwd_attention_blocks, "FLOP"), f"{k.block_ratio:.2f}x the kept scores")
+        if k.packing is not None:
+            s = k.packing
+            t.add_row("  rows", f"{s['padding']:.2%} padding",
+                      f"{s['truncated']:.2%} of documents truncated, {s['split']:.2%} split, "
+                      f"{s['documentsPerRow']:.2f} a row; figures per real token")
+        if op.packing is not None and op.packing.lengths is not None:
+            L = op.packing.lengths.summary()
+            t.add_row("  lengths", f"{L['documents']:,} documents",
+                      f"mean {L['mean']:,.1f}, spread {L['spread']:.3f}, p50 {L['p50']:,}, p90 {L['p90']:,}, "
+                      f"p99 {L['p99']:,}, max {L['max']:,}")
+    if op.count == "blocks":
+        t.add_row("training counts", "whole blocks", "attention as the kernel computes it (--count blocks)")
     budget = "the budget set" if op.tokens is not None else "default: Chinchilla's 20 a parameter (--tokens)"
     t.add_row("training tokens", f"{report.training_tokens:,.0f}", budget)
     t.add_row("training time", duration(report.training_seconds),

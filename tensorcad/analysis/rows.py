@@ -26,7 +26,7 @@ import numpy as np
 from tensorcad.design.model import Attention
 from tensorcad.design.expr import reads
 from tensorcad.errors import TensorcadError
-from tensorcad.packing import Packing, RowBoundaries, Stream
+from tensorcad.packing import Packing, RowBoundaries
 
 # The roles whose values the engine can make up for a packing.
 MADE_UP_ROLES = ("documents", "positions")
@@ -64,8 +64,17 @@ class Rows:
     """
 
     def __init__(self, boundaries: RowBoundaries, positions: np.ndarray | None = None,
-                 causal_keys: float | None = None):
+                 causal_keys: float | None = None, real_fraction: float = 1.0, packed=None):
         self.boundaries = boundaries
+        # Real tokens of each row when rows end in padding (a document of its
+        # own that holds no real token), else None; ``real_fraction`` is the
+        # real share of every row the rows were drawn from, exactly, and
+        # ``packed`` what the packing did (``packers.Packed``), when drawn.
+        self.real = None if boundaries.padding is None else boundaries.seq - boundaries.padding
+        if self.real is not None and not (boundaries.padding > 0).any():
+            self.real = None
+        self.real_fraction = real_fraction
+        self.packed = packed
         # Document-causal keys per query averaged over every row the rows were
         # drawn from (every window of the stream), when known: the control
         # variate's exact mean. None: the rows are all there is.
@@ -221,6 +230,10 @@ class Rows:
         last_cut = np.where(per_row > 0, self._cuts[np.maximum(offsets[1:] - 1, 0)], 0)
         lengths = np.concatenate([cuts - previous, self.seq - last_cut])
         rows = np.concatenate([row_of_cut, np.arange(self.count)])
+        if self.real is not None:
+            # A padded row's last piece is its padding: no real document.
+            keep = np.concatenate([np.ones(len(cuts), dtype=bool), self.real == self.seq])
+            lengths, rows = lengths[keep], rows[keep]
         return lengths, rows
 
 
@@ -229,9 +242,12 @@ def packed_rows(seq: int, packing: Packing | None, seed: int, rows: int) -> Rows
     """The rows both the sampler and the block counter measure: one draw, cached."""
     if packing is None:
         return Rows.single_documents(rows, seq)
+    from tensorcad.packers import draw_packed
+
     # The very rows packing.draw_boundaries (and packing.draw) returns.
-    stream = Stream.build(rows, seq, packing.mean, packing.spread, seed)
-    return Rows(stream.boundaries(), causal_keys=stream.causal_keys_every_window())
+    packed = draw_packed(packing, rows, seq, seed)
+    return Rows(packed.boundaries, causal_keys=packed.causal_keys, real_fraction=packed.real,
+                packed=packed)
 
 
 def tensor_roles(attention: Attention) -> Mapping[str, str]:

@@ -265,7 +265,8 @@ def _kept_per_row(attention: Attention, keep: Expr, role_of: dict[str, str], bat
         return np.bincount(piece_row, weights=per_piece, minlength=batch.count)
     if dense_heads is None:
         estimate = keys_per_query(attention, seq, packing, seed)
-        return np.full(batch.count, estimate.mean * seq)
+        real = batch.real if batch.real is not None else np.full(batch.count, seq)
+        return estimate.mean * real.astype(np.float64)
     return _dense_kept(keep, role_of, batch, dense_heads)
 
 

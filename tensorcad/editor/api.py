@@ -32,8 +32,8 @@ from tensorcad.rules import check
 from .preview import DEFAULT_CELLS, mask_preview, sample_row
 from .walkthrough import walkthrough
 
-OP_KEYS = ("seq", "hardware", "gpus", "mfu", "pricePerGpuHour", "tokens", "packing")
-PACKING_KEYS = ("mean", "spread")
+OP_KEYS = ("seq", "hardware", "gpus", "mfu", "pricePerGpuHour", "tokens", "packing", "count")
+PACKING_KEYS = ("mean", "spread", "strategy", "lengths")
 
 
 def _object(value: Any, path: str) -> dict:
@@ -70,11 +70,16 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
     if "packing" in given:
         pack = _object(given["packing"], "op.packing")
         _only(pack, PACKING_KEYS, "op.packing")
-        if pack.get("mean") is None:
+        lengths = pack.get("lengths")
+        if pack.get("mean") is None and lengths is None:
             raise TensorcadError("op.packing.mean", "a packing needs a mean document length")
         spread = pack.get("spread")
         try:
-            packing = packing_of(pack["mean"], spread, mean_path="packing.mean", spread_path="packing.spread")
+            if lengths is not None:  # a histogram object, never a path: the browser names no server files
+                lengths = _histogram(lengths)
+            packing = packing_of(pack.get("mean"), spread, mean_path="packing.mean", spread_path="packing.spread",
+                                 lengths=lengths, strategy=pack.get("strategy"), lengths_path="packing.lengths",
+                                 strategy_path="packing.strategy")
         except TensorcadError as e:
             raise TensorcadError(join("op", e.path), e.message) from None
     context = design.context if design is not None else 8192
@@ -87,12 +92,28 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             mfu=given.get("mfu", DEFAULTS["mfu"]),
             price_per_gpu_hour=given.get("pricePerGpuHour", DEFAULTS["price"]),
             tokens=given.get("tokens"),
+            count=given.get("count", "kept"),
         )
         if design is not None:
             check_budget(design, op)
         return op
     except TensorcadError as e:
         raise TensorcadError(join("op", e.path), e.message) from None
+
+
+def _histogram(raw: Any):
+    """``op.packing.lengths``: a histogram object, length -> count, as `tensorcad lengths` writes it."""
+    from tensorcad.corpus.histogram import Lengths
+
+    table = _object(raw, "packing.lengths")
+    values, counts = [], []
+    for key, count in table.items():
+        if not (isinstance(key, str) and key.isdigit()) or isinstance(count, bool) or not isinstance(count, int):
+            raise TensorcadError(join("packing.lengths", str(key)), "expected a whole length -> a whole count")
+        values.append(int(key))
+        counts.append(count)
+    order = sorted(range(len(values)), key=values.__getitem__)
+    return Lengths(tuple(values[i] for i in order), tuple(counts[i] for i in order), "packing.lengths")
 
 
 def _design_of(body: dict) -> Design:
@@ -214,7 +235,7 @@ def preview(body: Any) -> dict:
         "keeps": to_text(attention.keep) if attention.keep is not None else "every score",
         "seq": result.seq, "cells": n, "cellTokens": result.cell, "exact": result.exact,
         "stride": result.stride, "sample": sample, "sampled": row.sampled,
-        "packing": None if packing is None else {"mean": packing.mean, "spread": packing.spread},
+        "packing": None if packing is None else packing.to_json(),
         "documentStarts": starts[:4096], "documents": len(starts) + 1,
         "fractions": [[round(float(x), 6) for x in line] for line in result.fractions],
     }

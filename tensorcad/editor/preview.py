@@ -70,7 +70,7 @@ def sample_row(seq: int, packing: Packing | None, seed: int = 0) -> SampledRow:
     """One row of ``packing.draw`` (or a single document when ``packing`` is None)."""
     if packing is None:
         return SampledRow(np.zeros(seq, dtype=np.int64), np.arange(seq, dtype=np.int64), False)
-    documents, positions = draw(rows=1, seq=seq, mean=packing.mean, spread=packing.spread, seed=seed)
+    documents, positions = draw(rows=1, seq=seq, seed=seed, packing=packing)  # any lengths, any strategy
     return SampledRow(documents[0], positions[0], True)
 
 

@@ -22,6 +22,7 @@ _LAZY = {
     "IsolationResult": ("tensorcad.runtime.isolation", "IsolationResult"),
     "Leak": ("tensorcad.runtime.isolation", "Leak"),
     "smoke_train": ("tensorcad.runtime.training", "smoke_train"),
+    "train_on_corpus": ("tensorcad.runtime.corpus_training", "train_on_corpus"),
     "trace": ("tensorcad.runtime.tracing", "trace"),
 }
 

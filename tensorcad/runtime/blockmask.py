@@ -122,7 +122,7 @@ def rows_for(seq: int, packing: Packing | None, seed: int, rows: int = ROWS) -> 
     """The engine's rows: ``packing.draw`` with its seed, or one document a row without packing."""
     if packing is None:
         return np.zeros((1, seq), dtype=np.int64), np.arange(seq, dtype=np.int64)[None, :]
-    return draw(rows, seq, packing.mean, packing.spread, seed)
+    return draw(rows, seq, seed=seed, packing=packing)  # any lengths, any strategy
 
 
 def _dense_keep(mask_mod: Callable, rows: int, heads: int, seq: int) -> torch.Tensor:

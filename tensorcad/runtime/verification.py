@@ -135,7 +135,7 @@ def make_inputs(design: Design, vocab: int, rows: int, seq: int, packing: Packin
     """Token ids, and the runtime's packing for each documents or positions input the design has."""
     generator = torch.Generator().manual_seed(seed)
     inputs = {"ids": torch.randint(0, vocab, (rows, seq), generator=generator)}
-    documents, positions = draw(rows, seq, packing.mean, packing.spread, seed)
+    documents, positions = draw(rows, seq, seed=seed, packing=packing)
     if design.input("documents") is not None:
         inputs["documents"] = torch.from_numpy(documents)
     if design.input("positions") is not None:

@@ -135,14 +135,14 @@ def test_cli_json_carries_the_report_names():
     assert report["params"]["total"] == 8_030_261_248
     assert set(report["flops"]["packed"]) >= {"fwdPerToken", "trainPerToken", "fwdAttention", "keysPerQuery",
                                               "attentionShare", "fwdAttentionBlocks", "blockRatio"}
-    assert report["operatingPoint"]["packing"] == {"mean": 1024.0, "spread": 0.0}
+    assert report["operatingPoint"]["packing"] == {"mean": 1024.0, "spread": 0.0, "strategy": "stream"}
 
 
 def test_cli_pack_without_spread_defaults_to_one():
     run = subprocess.run([sys.executable, "-m", "tensorcad.cli", "analyze", "nano-sort", "--pack", "64", "--json"],
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout)["operatingPoint"]["packing"] == {"mean": 64.0, "spread": 1.0}
+    assert json.loads(run.stdout)["operatingPoint"]["packing"] == {"mean": 64.0, "spread": 1.0, "strategy": "stream"}
 
 
 def test_cli_writes_the_report_with_out(tmp_path):

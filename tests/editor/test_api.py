@@ -77,7 +77,7 @@ def test_analyze_without_packing_or_without_a_document_mask_has_no_packed_figure
 
 def test_a_mean_alone_gets_spread_one():
     answer = api.analyze({"design": DOCS, "op": {"seq": 8192, "packing": {"mean": 1024}}})
-    assert answer["report"]["operatingPoint"]["packing"] == {"mean": 1024.0, "spread": 1.0}
+    assert answer["report"]["operatingPoint"]["packing"] == {"mean": 1024.0, "spread": 1.0, "strategy": "stream"}
     engine = engine_analyze(load(DOCS), OperatingPoint(seq=8192, packing=Packing(1024, 1.0)))
     assert answer["report"]["flops"]["packed"] == engine.to_json()["flops"]["packed"]
 
@@ -125,7 +125,7 @@ def test_a_design_error_keeps_the_designs_own_path():
 
 
 def test_check_op_normalises_and_refuses():
-    assert api.check_op({"op": {"packing": {"mean": 512}}})["op"]["packing"] == {"mean": 512.0, "spread": 1.0}
+    assert api.check_op({"op": {"packing": {"mean": 512}}})["op"]["packing"] == {"mean": 512.0, "spread": 1.0, "strategy": "stream"}
     with pytest.raises(TensorcadError) as raised:
         api.check_op({"op": {"packing": {"mean": 0}}})
     assert raised.value.path == "op.packing.mean"

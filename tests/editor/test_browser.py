@@ -204,6 +204,23 @@ def test_a_malformed_design_shows_the_error_and_keeps_the_text(page):
     assert page.locator("#readout").get_attribute("class").split().count("stale") == 1
 
 
+def test_choosing_a_strategy_shows_padding_and_the_apis_figures(page):
+    _pick(page, DOCS)
+    page.check("#pack")
+    page.fill("#docs", "1024")
+    page.fill("#spread", "3")
+    page.select_option("#strategy", "bfd")
+    page.wait_for_selector("td.value[data-field='flops.packed.packing.padding']")
+    _settle(page)
+    op = {"seq": 8192, "packing": {"mean": 1024, "spread": 3, "strategy": "bfd"}}
+    expected = api.analyze({"design": DOCS, "op": op})["report"]
+    packed = expected["flops"]["packed"]
+    assert _value(page, "flops.packed.packing.padding") == pytest.approx(packed["packing"]["padding"])
+    assert _value(page, "flops.packed.trainPerToken") == packed["trainPerToken"]
+    assert _value(page, "training.cost") == expected["training"]["cost"]
+    assert "bfd: figures per real token" in page.inner_text("tr[data-field='flops.packed.packing.padding']")
+
+
 def test_a_design_opened_from_the_command_line_starts_at_its_own_context(browser):
     # nano-sort holds 256 positions: the editor must not open it at a preset's 8,192.
     httpd, address = make_server(design="nano-sort")

@@ -130,7 +130,8 @@ function readOpForm() {
   state.op.pricePerGpuHour = numberOrNull($("price"), false);
   if ($("pack").checked) {
     // An empty spread is sent as null: a mean alone gets spread 1, as on the command line.
-    state.op.packing = { mean: numberOrNull($("docs"), false), spread: numberOrNull($("spread"), false) };
+    state.op.packing = { mean: numberOrNull($("docs"), false), spread: numberOrNull($("spread"), false),
+                         strategy: $("strategy").value || "stream" };
   } else {
     state.op.packing = null;
   }
@@ -151,6 +152,7 @@ function writeOpForm() {
   $("pack").checked = op.packing !== null;
   $("docs").value = op.packing ? op.packing.mean : "";
   $("spread").value = op.packing ? op.packing.spread : "";
+  $("strategy").value = (op.packing && op.packing.strategy) || "stream";
   showPacking();
 }
 
@@ -162,6 +164,7 @@ function showPacking() {
   $("packing").hidden = !(documents || packed);
   $("docs").disabled = !packed;
   $("spread").disabled = !packed;
+  $("strategy").disabled = !packed;
   let note = "";
   if (packed && !documents) note = "This design has no documents input: the packing changes nothing. Untick to take it off.";
   else if (!packed) note = "Off: one document fills each row.";
@@ -297,6 +300,11 @@ function renderReadout(report) {
         `${fixed(k.keysPerQuery, 1)} keys a query, ${percent(k.attentionShare)} of the forward pass`, "sub packed");
     row("in whole blocks", "flops.packed.blockRatio", k.blockRatio, `${fixed(k.blockRatio, 2)}×`,
         `a kernel computing whole 128 × 128 blocks: ${si(k.fwdAttentionBlocks, "FLOP")} a token`, "sub packed");
+    if (k.packing && k.packing.strategy !== "stream") {
+      row("padding", "flops.packed.packing.padding", k.packing.padding, percent(k.packing.padding),
+          `${k.packing.strategy}: figures per real token; ${percent(k.packing.truncated)} of documents truncated`,
+          "sub packed");
+    }
   }
   row("tokens", "training.tokens", t.tokens, si(t.tokens, ""), op.tokens ? "the budget" : "20 a parameter (Chinchilla)");
   row("time", "training.seconds", t.seconds, duration(t.seconds),

@@ -1,0 +1,355 @@
+"""Empirical document lengths: ``Lengths`` and the loader for files of them.
+
+A file is either a **histogram** (length -> count: a JSON object, or CSV
+``length,count`` lines with an optional header) or a **list** of lengths (text,
+one a line, or a 1-D integer ``.npy``); Parquet (``.parquet``, a column of
+lengths) when ``pyarrow`` is installed. A bad file is one ``TensorcadError``
+naming the file and the line (or element) of the bad value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from tensorcad.errors import TensorcadError
+
+# A document longer than this is not a document a row could hold (packing.MAX_SEQ).
+MAX_LENGTH = 2**24
+# Documents a histogram may describe: past this the counts stop being exact in float64.
+MAX_DOCUMENTS = 2**50
+# Files past this are a mistake for a list of lengths (a histogram is tiny).
+MAX_FILE_BYTES = 1 << 30
+QUANTILES = (("p50", 0.5), ("p90", 0.9), ("p99", 0.99))
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """An empirical distribution of whole-token document lengths.
+
+    ``values`` sorted, unique, each >= 1; ``counts`` the documents of each
+    length. Frozen and hashable (tuples), so a packing holding it is a cache
+    key. ``source`` says where it was read and takes no part in equality.
+    """
+
+    values: tuple[int, ...]
+    counts: tuple[int, ...]
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        values = tuple(int(v) for v in self.values)
+        counts = tuple(int(c) for c in self.counts)
+        path = self.source or "lengths"
+        if len(values) != len(counts):
+            raise TensorcadError(path, f"{len(values)} values but {len(counts)} counts")
+        if not values:
+            raise TensorcadError(path, "no documents")
+        if any(b <= a for a, b in zip(values, values[1:])):
+            raise TensorcadError(path, "values must be sorted and unique")
+        if values[0] < 1 or values[-1] > MAX_LENGTH:
+            raise TensorcadError(path, f"lengths must be in 1..{MAX_LENGTH:,}")
+        if min(counts) < 0:
+            raise TensorcadError(path, "counts must not be negative")
+        total = sum(counts)
+        if total == 0:
+            raise TensorcadError(path, "zero documents in total")
+        if total > MAX_DOCUMENTS:
+            raise TensorcadError(path, f"more than {MAX_DOCUMENTS:,} documents")
+        # Lengths with no documents say nothing; dropping them keeps equal distributions equal.
+        kept = [(v, c) for v, c in zip(values, counts) if c > 0]
+        object.__setattr__(self, "values", tuple(v for v, _ in kept))
+        object.__setattr__(self, "counts", tuple(c for _, c in kept))
+
+    @classmethod
+    def of(cls, lengths, source: str = "") -> Lengths:
+        """The histogram of a list (or array) of lengths."""
+        array = np.asarray(lengths)
+        if array.size == 0:
+            raise TensorcadError(source or "lengths", "no documents")
+        if not np.issubdtype(array.dtype, np.integer):
+            raise TensorcadError(source or "lengths", f"expected integer lengths, got {array.dtype}")
+        values, counts = np.unique(array.ravel(), return_counts=True)
+        return cls(tuple(values.tolist()), tuple(counts.tolist()), source)
+
+    @classmethod
+    def lognormal(cls, mean: float, spread: float, documents: int = 200_000) -> Lengths:
+        """Log-normal lengths of a mean and coefficient of variation, one document per stratum.
+
+        The quantile at (i + 0.5)/n, rounded to whole tokens and at least 1: a
+        heavy-tailed corpus in the shape web text has (c = 3 is a common fit),
+        reproducible without a download. Rounding and the strata's missing far
+        tail leave the table's own c a little under the asked one (2.95 for 3).
+        """
+        from scipy.special import ndtri
+
+        if not (mean > 0 and spread > 0 and 1 <= documents <= 1 << 24):
+            raise TensorcadError("lengths", "a log-normal needs mean > 0, spread > 0 and 1..2**24 documents")
+        sigma = math.sqrt(math.log1p(spread**2))
+        strata = (np.arange(documents) + 0.5) / documents
+        values = np.exp(math.log(mean) - sigma**2 / 2 + sigma * ndtri(strata))
+        whole = np.minimum(np.maximum(np.floor(values + 0.5), 1), MAX_LENGTH).astype(np.int64)
+        return cls.of(whole, source=f"log-normal mean {mean:g}, c = {spread:g}")
+
+    # -- what the distribution is ------------------------------------------------
+
+    @property
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(self.values, dtype=np.int64), np.asarray(self.counts, dtype=np.int64)
+
+    @property
+    def documents(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def tokens(self) -> int:
+        return sum(v * c for v, c in zip(self.values, self.counts))
+
+    @property
+    def mean(self) -> float:
+        return self.tokens / self.documents
+
+    @property
+    def spread(self) -> float:
+        """Coefficient of variation (population standard deviation over the mean)."""
+        v, c = (a.astype(np.float64) for a in self.arrays)
+        mean = self.mean
+        variance = float((c * (v - mean) ** 2).sum()) / self.documents
+        return math.sqrt(variance) / mean
+
+    @property
+    def max(self) -> int:
+        return self.values[-1]
+
+    def quantile(self, p: float) -> int:
+        """The smallest length at least a fraction ``p`` of documents do not exceed."""
+        v, c = self.arrays
+        index = int(np.searchsorted(np.cumsum(c), p * self.documents, side="left"))
+        return int(v[min(index, len(v) - 1)])
+
+    def strata(self, count: int) -> np.ndarray:
+        """One length per stratum: the quantile at ``(i + 0.5) / count``, for i < count.
+
+        The empirical quantile function is a step function, so this is the
+        value whose cumulative count first exceeds ``(i + 0.5) / count`` of the
+        documents: exactly the stratified draw the gamma gets
+        (``packing.document_lengths``), for a distribution given as a table.
+        """
+        v, c = self.arrays
+        cumulative = np.cumsum(c).astype(np.float64) / self.documents
+        points = (np.arange(count, dtype=np.float64) + 0.5) / count
+        return v[np.minimum(np.searchsorted(cumulative, points, side="right"), len(v) - 1)]
+
+    def summary(self) -> dict:
+        """What the report echoes: documents, mean, spread, quantiles, max."""
+        out = {"documents": self.documents, "mean": self.mean, "spread": self.spread}
+        out.update({name: self.quantile(p) for name, p in QUANTILES})
+        out["max"] = self.max
+        return out
+
+    def to_json(self) -> dict[str, int]:
+        """The histogram file's form: ``{"length": count}``, lengths ascending."""
+        return {str(v): c for v, c in zip(self.values, self.counts)}
+
+
+# -- the loader ------------------------------------------------------------------------
+
+_INTEGER = re.compile(r"[+-]?\d+")
+
+
+def _int_at(text: str, where: str, what: str) -> int:
+    text = text.strip()
+    if not _INTEGER.fullmatch(text):
+        try:
+            number = float(text)
+        except ValueError:
+            raise TensorcadError(where, f"{what} {text[:40]!r} is not a number") from None
+        if not math.isfinite(number) or number != int(number):
+            raise TensorcadError(where, f"{what} {text[:40]!r} is not a whole number")
+        return int(number)
+    return int(text)
+
+
+def _checked(length: int, count: int, where: str) -> None:
+    if length <= 0:
+        raise TensorcadError(where, f"length {length} is not positive (a document holds at least one token)")
+    if length > MAX_LENGTH:
+        raise TensorcadError(where, f"length {length:,} is longer than {MAX_LENGTH:,} tokens")
+    if count < 0:
+        raise TensorcadError(where, f"count {count} is negative")
+    if count > MAX_DOCUMENTS:
+        raise TensorcadError(where, f"count {count:,} is more than {MAX_DOCUMENTS:,} documents")
+
+
+def _from_table(table: dict[int, int], name: str) -> Lengths:
+    if not table:
+        raise TensorcadError(name, "holds no lengths")
+    if sum(table.values()) == 0:
+        raise TensorcadError(name, "zero documents in total (every count is 0)")
+    values = sorted(table)
+    return Lengths(tuple(values), tuple(table[v] for v in values), name)
+
+
+def _line_of(text: str, needle: str) -> int:
+    at = text.find(needle)
+    return text.count("\n", 0, at) + 1 if at >= 0 else 1
+
+
+def _json_histogram(text: str, name: str) -> Lengths:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise TensorcadError(f"{name}:{e.lineno}", f"not JSON: {e.msg}") from None
+    if isinstance(data, list):  # a JSON list of lengths
+        return _listed(((f"{name}: element {i}", v) for i, v in enumerate(data)), name)
+    if not isinstance(data, dict):
+        raise TensorcadError(name, "expected an object of length -> count, or a list of lengths")
+    table: dict[int, int] = {}
+    for key, count in data.items():
+        where = f"{name}:{_line_of(text, json.dumps(key))}"
+        length = _int_at(key, where, "length")
+        if isinstance(count, bool) or not isinstance(count, (int, float)):
+            raise TensorcadError(where, f"count for length {key!r} is not a number")
+        count = _int_at(repr(count), where, "count")
+        _checked(length, count, where)
+        table[length] = table.get(length, 0) + count
+    return _from_table(table, name)
+
+
+def _listed(items, name: str) -> Lengths:
+    table: dict[int, int] = {}
+    for where, value in items:
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise TensorcadError(where, f"{value!r} is not a length")
+        length = _int_at(str(value), where, "length")
+        _checked(length, 1, where)
+        table[length] = table.get(length, 0) + 1
+    return _from_table(table, name)
+
+
+def _csv_histogram(lines, name: str) -> Lengths:
+    table: dict[int, int] = {}
+    for number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = [p.strip() for p in line.split(",")]
+        if number == 1 and not any(ch.isdigit() for ch in parts[0]):
+            continue  # a header such as "length,count"
+        where = f"{name}:{number}"
+        if len(parts) != 2:
+            raise TensorcadError(where, f"expected 'length,count', got {line[:60]!r}")
+        length, count = _int_at(parts[0], where, "length"), _int_at(parts[1], where, "count")
+        _checked(length, count, where)
+        table[length] = table.get(length, 0) + count
+    return _from_table(table, name)
+
+
+def _text_list(lines, name: str) -> Lengths:
+    def items():
+        for number, line in enumerate(lines, start=1):
+            if line.strip():
+                yield f"{name}:{number}", line.strip()
+
+    return _listed(items(), name)
+
+
+def _npy_list(path: Path, name: str) -> Lengths:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as e:
+        raise TensorcadError(name, f"not a .npy array: {e}") from None
+    if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise TensorcadError(name, f"expected a 1-D array of lengths, got {array.dtype} {array.shape}")
+    if array.size == 0:
+        raise TensorcadError(name, "holds no lengths")
+    if np.issubdtype(array.dtype, np.floating):
+        bad = np.flatnonzero(~np.isfinite(array) | (array != np.floor(array)))
+        if len(bad):
+            raise TensorcadError(f"{name}: element {bad[0]}", f"{array[bad[0]]!r} is not a whole number")
+    array = array.astype(np.int64)
+    bad = np.flatnonzero((array <= 0) | (array > MAX_LENGTH))
+    if len(bad):
+        _checked(int(array[bad[0]]), 1, f"{name}: element {bad[0]}")
+    return Lengths.of(array, name)
+
+
+def _parquet_list(path: Path, name: str, column: str | None) -> Lengths:
+    try:
+        import pyarrow.parquet as pq
+    except ModuleNotFoundError:
+        raise TensorcadError(name, "reading Parquet needs pyarrow: pip install 'tensorcad[corpus]'") from None
+    try:
+        table = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises its own types for a bad file
+        raise TensorcadError(name, f"not a Parquet file: {e}") from None
+    names = table.schema_arrow.names
+    column = column or "length"
+    if column not in names:
+        raise TensorcadError(name, f"no column {column!r} (columns: {', '.join(names)})")
+    parts, row = [], 0
+    for batch in table.iter_batches(columns=[column]):
+        array = batch.column(0).to_numpy(zero_copy_only=False)
+        if not np.issubdtype(array.dtype, np.integer):
+            raise TensorcadError(f"{name}: row {row}", f"column {column!r} is {array.dtype}, not integer lengths")
+        bad = np.flatnonzero((array <= 0) | (array > MAX_LENGTH))
+        if len(bad):
+            _checked(int(array[bad[0]]), 1, f"{name}: row {row + int(bad[0])}")
+        values, counts = np.unique(array, return_counts=True)
+        parts.append((values, counts))
+        row += len(array)
+    if not parts:
+        raise TensorcadError(name, "holds no lengths")
+    values = np.concatenate([v for v, _ in parts])
+    counts = np.concatenate([c for _, c in parts])
+    unique, inverse = np.unique(values, return_inverse=True)
+    return Lengths(tuple(unique.tolist()), tuple(np.bincount(inverse, weights=counts).astype(np.int64).tolist()), name)
+
+
+def load_lengths(file: str | Path, column: str | None = None) -> Lengths:
+    """The length distribution a file holds, by its suffix (``docs/packing.md``).
+
+    ``.json`` a histogram object (or a list), ``.csv`` ``length,count``
+    lines, ``.npy`` a list, ``.parquet`` a column (``column``, default
+    ``length``); anything else a text file of one length a line.
+    """
+    path = Path(file)
+    name = str(file)
+    try:
+        size = path.stat().st_size
+    except OSError as e:
+        raise TensorcadError(name, f"cannot read: {e.strerror}") from None
+    if not path.is_file():
+        raise TensorcadError(name, "is not a file")
+    if size == 0:
+        raise TensorcadError(name, "is empty")
+    if size > MAX_FILE_BYTES:
+        raise TensorcadError(name, f"is {size / 2**30:.1f} GiB; more than {MAX_FILE_BYTES >> 30} GiB of lengths "
+                                   "is too large (write a histogram: tensorcad lengths)")
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return _npy_list(path, name)
+    if suffix == ".parquet":
+        return _parquet_list(path, name, column)
+    try:
+        if suffix == ".json":
+            return _json_histogram(path.read_text(encoding="utf-8"), name)
+        with path.open(encoding="utf-8") as lines:
+            return _csv_histogram(lines, name) if suffix == ".csv" else _text_list(lines, name)
+    except UnicodeDecodeError:
+        raise TensorcadError(name, "is not UTF-8 text") from None
+    except OSError as e:
+        raise TensorcadError(name, f"cannot read: {e.strerror}") from None
+
+
+def write_histogram(lengths: Lengths, file: str | Path) -> None:
+    """Write ``lengths`` as a JSON histogram, one length a line (so errors can name lines)."""
+    body = ",\n".join(f'  "{v}": {c}' for v, c in zip(lengths.values, lengths.counts))
+    try:
+        Path(file).write_text("{\n" + body + "\n}\n")
+    except OSError as e:
+        raise TensorcadError(str(file), f"cannot write: {e.strerror}") from None
