@@ -20,6 +20,7 @@ _LAZY = {
     "Report": ("tensorcad.analysis.report", "Report"),
     "OperatingPoint": ("tensorcad.analysis.operating_point", "OperatingPoint"),
     "Packing": ("tensorcad.packing", "Packing"),
+    "ContextParallel": ("tensorcad.analysis.context_parallel", "ContextParallel"),
     "Lengths": ("tensorcad.corpus.histogram", "Lengths"),
     "load_lengths": ("tensorcad.corpus.histogram", "load_lengths"),
     "check": ("tensorcad.rules", "check"),

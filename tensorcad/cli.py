@@ -198,6 +198,12 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokens", type=real, help="training tokens (default: Chinchilla's 20 per parameter)")
     g.add_argument("--train-dtype", default=DEFAULTS["train_dtype"], help=f"training dtype (default {DEFAULTS['train_dtype']})")
     g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
+    from .analysis.context_parallel import DEFAULT_SHARD, SHARDINGS
+
+    g.add_argument("--cp", type=integer, metavar="N",
+                   help="context parallelism: N ranks split each training row (default: off)")
+    g.add_argument("--cp-shard", metavar="SHARD",
+                   help=f"which rank holds which token: {', '.join(SHARDINGS)} (default {DEFAULT_SHARD} with --cp)")
 
 
 def packing_option(args: argparse.Namespace):
@@ -209,19 +215,38 @@ def packing_option(args: argparse.Namespace):
                       column=getattr(args, "pack_lengths_column", None))
 
 
+def cp_option(args: argparse.Namespace):
+    from .analysis.context_parallel import DEFAULT_SHARD, ContextParallel
+
+    if getattr(args, "cp", None) is None:
+        if getattr(args, "cp_shard", None) is not None:
+            raise TensorcadError("--cp-shard", "needs --cp (the number of ranks)")
+        return None
+    try:
+        return ContextParallel(args.cp, args.cp_shard or DEFAULT_SHARD)
+    except TensorcadError as e:
+        raise TensorcadError(_CP_OPTIONS.get(e.path, e.path), e.message) from None
+
+
+_CP_OPTIONS = {"cp.size": "--cp", "cp.shard": "--cp-shard"}
+
+
 def operating_point(args: argparse.Namespace, design) -> Any:
     from .analysis.operating_point import OperatingPoint, check_budget
 
+    cp = cp_option(args)
     try:
         op = OperatingPoint(
             seq=args.seq if args.seq is not None else design.context,
             packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
             price_per_gpu_hour=args.price, tokens=args.tokens,
-            train_dtype=args.train_dtype, serve_dtype=args.serve_dtype, count=args.count,
+            train_dtype=args.train_dtype, serve_dtype=args.serve_dtype, count=args.count, cp=cp,
         )
         check_budget(design, op)
         return op
     except TensorcadError as e:
+        if e.path in _CP_OPTIONS:  # the row does not split as --cp asks
+            raise TensorcadError(_CP_OPTIONS[e.path], e.message) from None
         if e.path == "seq" and args.seq is None:
             raise TensorcadError("--seq", f"the design's context {design.context:,}: {e.message}") from None
         raise TensorcadError(OPTION_OF.get(e.path, e.path), e.message) from None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import TensorcadError, shown
 from ..packing import Packing
+from .context_parallel import ContextParallel
 
 MAX_SEQ = 1 << 24
 # The analysis budget (docs/security.md): a packed operating point draws a
@@ -88,6 +89,7 @@ class OperatingPoint:
     # every score of every block a kernel computes ("blocks"); docs/packing.md
     # holds the evidence for the default.
     count: str = "kept"
+    cp: ContextParallel | None = None  # context parallelism: ranks splitting each training row
 
     def __post_init__(self) -> None:
         if isinstance(self.seq, bool) or not isinstance(self.seq, int):
@@ -123,6 +125,10 @@ class OperatingPoint:
             raise TensorcadError("count", f"unknown count {self.count!r} ({', '.join(COUNTS)})")
         if isinstance(self.block, bool) or not isinstance(self.block, int) or not 1 <= self.block <= 4096:
             raise TensorcadError("block", f"{shown(self.block)} is not an integer in 1..4096")
+        if self.cp is not None:
+            if not isinstance(self.cp, ContextParallel):
+                raise TensorcadError("cp", "expected ContextParallel(size, shard) or None")
+            self.cp.fits(self.seq, self.block)
 
     def _check_packed_work(self) -> None:
         from .attention import ROWS
@@ -156,4 +162,6 @@ class OperatingPoint:
         }
         if self.count != "kept":
             out["count"] = self.count
+        if self.cp is not None:
+            out["cp"] = self.cp.to_json()
         return out

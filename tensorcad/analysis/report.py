@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from ..design import load
 from ..design.expr import reads
 from ..design.model import Attention, Design
+from ..errors import TensorcadError
 from ..packing import Packing
 from .attention import ROWS, keys_per_query
 from .blocks import block_counts
+from .context_parallel_report import ContextParallelReport, context_parallel_report
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
 from .operating_point import BYTES, OperatingPoint, check_budget
 from .params import ParamCount, count_params
@@ -69,6 +71,7 @@ class Report:
     serving_fwd_per_token: float
     per_stream: PerStream | None
     warnings: tuple[str, ...] = ()  # what the figures hold true only under (a sequence past the context)
+    cp: ContextParallelReport | None = None  # training split across ranks: counted from the slowest
 
     @property
     def training_flops(self) -> Flops:
@@ -81,7 +84,7 @@ class Report:
         serving = {"fwdPerToken": self.serving_fwd_per_token}
         if self.per_stream is not None:
             serving["perStream"] = self.per_stream.to_json()
-        return {
+        out = {
             "design": self.design,
             "operatingPoint": self.operating_point.to_json(),
             "params": self.params.to_json(),
@@ -96,6 +99,9 @@ class Report:
             "serving": serving,
             **({"warnings": list(self.warnings)} if self.warnings else {}),
         }
+        if self.cp is not None:
+            out["contextParallel"] = self.cp.to_json()
+        return out
 
 
 def reads_documents(attention: Attention) -> bool:
@@ -180,8 +186,11 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
     if op.packing is not None and any(reads_documents(a) for a, _ in design.attentions()):
         packed = _flops(design, matmul, op.seq, op.packing, op)
     train = packed if packed is not None else flops
-    tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
     per_token = train.train_per_token if op.count == "kept" else train.train_per_token_blocks
+    cp = _context_parallel(design, op, matmul, train) if op.cp is not None else None
+    if cp is not None:
+        per_token = cp.train_per_token  # the step waits for the slowest rank's blocks
+    tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
     time = training_time(tokens, per_token, op.gpus, op.peak, op.mfu, op.price_per_gpu_hour)
     return Report(
         design=design.name,
@@ -196,7 +205,20 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         serving_fwd_per_token=flops.fwd_per_token,
         per_stream=per_stream(design, op.seq, matmul, BYTES[op.serve_dtype]),
         warnings=tuple(w for w in (design.past_context(op.seq),) if w is not None),
+        cp=cp,
     )
+
+
+def _context_parallel(design: Design, op: OperatingPoint, matmul: float, train: Flops) -> ContextParallelReport:
+    documents = op.packing is not None and any(reads_documents(a) for a, _ in design.attentions())
+    if op.cp.shard == "per-document" and not documents:
+        why = "packing is off" if op.packing is None else "no mask reads a documents input"
+        raise TensorcadError("cp.shard", f"per-document sharding splits each document, but {why} "
+                                         "(one document a row): use headtail")
+    attention = train.fwd_attention if op.count == "kept" else train.fwd_attention_blocks
+    return context_parallel_report(
+        design, op, matmul, attention,
+        lambda a: op.packing if documents and reads_documents(a) else None, BYTES[op.train_dtype])
 
 
 def render(report: Report):
@@ -239,6 +261,18 @@ def render(report: Report):
                       f"p99 {L['p99']:,}, max {L['max']:,}")
     if op.count == "blocks":
         t.add_row("training counts", "whole blocks", "attention as the kernel computes it (--count blocks)")
+    if report.cp is not None:
+        c = report.cp
+        t.add_row("context parallel", f"{c.cp.size} ranks", f"{c.cp.shard} sharding")
+        t.add_row("  slowest / mean rank", f"{c.max_over_mean:.3f}", f"computed blocks (± {c.max_over_mean_error:.3f})"
+                  + ("" if c.kept_max_over_mean is None else f"; kept scores {c.kept_max_over_mean:.3f}"))
+        t.add_row("  blocks a rank", f"{min(c.blocks):,.0f} .. {max(c.blocks):,.0f}", "a row, per layer")
+        if c.padding_tokens:
+            t.add_row("  padding", f"{c.padding_tokens:,.0f}", f"tokens a row ({c.padding_tokens / op.seq:.1%}); "
+                      f"{c.document_padding_tokens:,.0f} take documents to multiples of {2 * c.cp.size}")
+        t.add_row("  KV gathered", binary_bytes(c.kv_gather_bytes_per_layer), "a rank, a layer")
+        t.add_row("  train / token", si(c.train_per_token, "FLOP"),
+                  f"counted from the slowest rank ({c.slowest_over_balanced:.2f}x the row's own attention)")
     budget = "the budget set" if op.tokens is not None else "default: Chinchilla's 20 a parameter (--tokens)"
     t.add_row("training tokens", f"{report.training_tokens:,.0f}", budget)
     t.add_row("training time", duration(report.training_seconds),

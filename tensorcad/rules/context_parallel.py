@@ -1,0 +1,59 @@
+"""cp-imbalance: context parallelism whose slowest rank waits the rest, and the sharding that would not."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterator
+
+from ..design.model import Design
+from ..errors import TensorcadError
+from .registry import Diagnostic, rule
+
+WARN_RATIO = 1.10  # slowest rank's attention over the mean rank's
+
+
+def _alternatives(design: Design, op, context):
+    """(train FLOPs a token, max/mean, sharding) for every other sharding this row admits."""
+    from ..analysis.context_parallel import SHARDINGS, ContextParallel
+    from ..analysis.report import analyze
+
+    found = []
+    for shard in SHARDINGS:
+        if shard == op.cp.shard:
+            continue
+        try:
+            other = analyze(design, replace(op, cp=ContextParallel(op.cp.size, shard))).cp
+        except TensorcadError:
+            continue  # this row does not split that way, or the mask is not counted under it
+        found.append((other.train_per_token, other.max_over_mean, shard))
+    return sorted(found)
+
+
+@rule("cp-imbalance", "warn", f"context parallelism whose slowest rank computes more than {WARN_RATIO:.2f}x "
+      "the mean rank's attention blocks, or whose ranks together compute more than the row itself "
+      "(per-document chunks cutting blocks, padding); names the sharding that would train faster")
+def cp_imbalance(design: Design, op, context) -> Iterator[Diagnostic]:
+    if op is None or op.cp is None:
+        return
+    cp = context.report().cp
+    if cp is None:
+        return
+    # The step's attention over the row's own: imbalance times what the ranks add together.
+    added = cp.slowest_over_balanced / cp.max_over_mean
+    if cp.max_over_mean <= WARN_RATIO and added <= WARN_RATIO:
+        return
+    what = (f"{op.packing.mean:g}-token documents" if op.packing is not None else "one document a row")
+    message = f"{op.cp.shard} sharding over {op.cp.size} ranks ({what} at {op.seq:,} tokens): "
+    if cp.max_over_mean > WARN_RATIO:
+        message += f"the slowest rank computes {cp.max_over_mean:.2f}x the mean rank's attention blocks"
+    else:
+        message += (f"the ranks together compute {added:.2f}x the row's own attention blocks "
+                    f"(chunks of documents cut {op.block}-token blocks, and padding)")
+    better = [a for a in _alternatives(design, op, context) if a[0] < cp.train_per_token]
+    if better:
+        flops, ratio, shard = better[0]
+        message += (f"; {shard} would give {ratio:.2f} and {cp.train_per_token / flops:.2f}x less "
+                    "training compute a token")
+    else:
+        message += "; no other sharding does better for this packing"
+    yield Diagnostic("cp-imbalance", "warn", message, "cp")
