@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from .cli_options import add_certify_options, console, integer, packing_option, real
-from .errors import TensorcadError, did_you_mean
+from .cli_options import add_certify_options, console, filename, integer, packing_option, real
+from .errors import TensorcadError, did_you_mean, one_line, shown
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -28,19 +28,26 @@ class _Parser(argparse.ArgumentParser):
         raise TensorcadError("", f"{command + ': ' if command else ''}{message} (see --help)")
 
 
+# Where the operating point names a field, the command line names its option.
+OPTION_OF = {"seq": "--seq", "packing.mean": "--pack", "packing.spread": "--pack-spread", "hardware": "--hardware",
+             "gpus": "--gpus", "mfu": "--mfu", "pricePerGpuHour": "--price", "tokens": "--tokens",
+             "trainDtype": "--train-dtype", "serveDtype": "--serve-dtype"}
+
+
 def write_output(path: str, text: str, option: str) -> None:
     """Write a file the user named, turning the OS's refusal into one line."""
     try:
         Path(path).write_text(text)
     except OSError as e:
-        raise TensorcadError(option, f"cannot write {path!r}: {e.strerror}") from None
+        raise TensorcadError(option, f"cannot write {shown(path)}: {e.strerror}") from None
 
 
 def _emit(data: Any, args: argparse.Namespace) -> None:
     text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-    if getattr(args, "out", None):
-        write_output(args.out, text, "--out")
-    if getattr(args, "json", False) or not getattr(args, "out", None):
+    out = getattr(args, "out", None)
+    if out is not None:
+        write_output(out, text, "--out")
+    if getattr(args, "json", False) or out is None:
         sys.stdout.write(text)
 
 
@@ -75,7 +82,7 @@ def cmd_catalog(args: argparse.Namespace) -> int:
     from .design.catalog import KINDS, catalog_markdown, catalog_text
 
     if args.kind is not None and args.kind not in KINDS:
-        raise TensorcadError("kind", f"unknown kind {args.kind!r}{did_you_mean(args.kind, KINDS)} (kinds: {', '.join(KINDS)})")
+        raise TensorcadError("kind", f"unknown kind {shown(args.kind)}{did_you_mean(args.kind, KINDS)} (kinds: {', '.join(KINDS)})")
     sys.stdout.write(catalog_markdown() if args.markdown else catalog_text(args.kind))
     return 0
 
@@ -98,10 +105,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
         except TensorcadError as e:
             bad += 1
             # Name the file too: a validate run may cover many.
-            line = str(e) if str(e).startswith(str(file)) else f"{file}: {e}"
+            where = one_line(file) if len(file) <= 200 else shown(file)
+            line = str(e) if str(e).startswith(where) else f"{where}: {e}"
             sys.stderr.write(f"tensorcad: {line}\n")
             continue
-        print(f"{file}: ok ({design.name}, {len(design.nodes)} nodes)")
+        print(f"{one_line(file)}: ok ({one_line(design.name)}, {len(design.nodes)} nodes)")
     return EXIT_BAD_INPUT if bad else 0
 
 
@@ -116,7 +124,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     if Path(args.output).exists() and not args.force:
-        raise TensorcadError("--output", f"{args.output!r} exists; pass --force to replace it")
+        raise TensorcadError("--output", f"{shown(args.output)} exists; pass --force to replace it")
     write_output(args.output, text, "--output")
     print(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: tensorcad validate {args.output}")
     return 0
@@ -177,20 +185,24 @@ _CP_OPTIONS = {"cp.size": "--cp", "cp.shard": "--cp-shard"}
 
 
 def operating_point(args: argparse.Namespace, design) -> Any:
-    from .analysis.operating_point import OperatingPoint
+    from .analysis.operating_point import OperatingPoint, check_budget
 
     cp = cp_option(args)
     try:
-        return OperatingPoint(
+        op = OperatingPoint(
             seq=args.seq if args.seq is not None else design.context,
             packing=packing_option(args), hardware=args.hardware, gpus=args.gpus, mfu=args.mfu,
             price_per_gpu_hour=args.price, tokens=args.tokens,
             train_dtype=args.train_dtype, serve_dtype=args.serve_dtype, count=args.count, cp=cp,
         )
+        check_budget(design, op)
+        return op
     except TensorcadError as e:
         if e.path in _CP_OPTIONS:  # the row does not split as --cp asks
             raise TensorcadError(_CP_OPTIONS[e.path], e.message) from None
-        raise
+        if e.path == "seq" and args.seq is None:
+            raise TensorcadError("--seq", f"the design's context {design.context:,}: {e.message}") from None
+        raise TensorcadError(OPTION_OF.get(e.path, e.path), e.message) from None
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
@@ -201,7 +213,7 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     report = analyze(design, operating_point(args, design))
     for warning in report.warnings:  # on stderr, so --json stays machine-readable
         sys.stderr.write(f"tensorcad: warning: {warning}\n")
-    if args.json or args.out:
+    if args.json or args.out is not None:
         _emit(report.to_json(), args)
     else:
         _console().print(render(report))
@@ -231,7 +243,7 @@ def cmd_codegen(args: argparse.Namespace) -> int:
 
         design = scale(design, params=args.scale)
     source = generate(design)
-    if args.output:
+    if args.output is not None:
         write_output(args.output, source, "--output")
     else:
         sys.stdout.write(source)
@@ -367,7 +379,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="the new design's name")
     p.add_argument("--from", dest="source", default="nano-sort", metavar="DESIGN",
                    help="the preset or design file to copy (default nano-sort, the smallest with documents)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE", type=filename, help="write to FILE instead of stdout")
     p.add_argument("--force", action="store_true", help="replace FILE if it exists")
     p = command("validate", "Check design files: one line each, ok or the bad value's path; exit 2 if any is bad.",
                 cmd_validate)
@@ -377,7 +389,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("design")
     add_operating_point(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.add_argument("--out", metavar="FILE", help="write the JSON report to FILE")
+    p.add_argument("--out", metavar="FILE", type=filename, help="write the JSON report to FILE")
 
     p = command("rules", "Lint a design at an operating point; exit 1 on an error.", cmd_rules)
     p.add_argument("design")
@@ -387,7 +399,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("codegen", "Write the design's PyTorch module (needs only torch).", cmd_codegen)
     p.add_argument("design")
     p.add_argument("--scale", type=integer, metavar="PARAMS", help="shrink to about PARAMS parameters first")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE", type=filename, help="write to FILE instead of stdout")
 
     p = command("import-hf", "Write the design of a Hugging Face config.json or local model directory "
                 "(Llama, Mistral, Qwen2, Qwen3, Phi-3, GPT-2); what it cannot say is refused, naming the field.",
@@ -464,6 +476,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = top.parse_args(argv)
         if not getattr(args, "fn", None):
             top.print_help()
+            sys.stderr.write("tensorcad: name a command (see the list above, or --help)\n")
             return EXIT_BAD_INPUT
         return args.fn(args)
     except TensorcadError as e:

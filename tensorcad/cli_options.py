@@ -11,6 +11,8 @@ import math
 import re
 import sys
 
+from .errors import shown
+
 PIPED_WIDTH = 200  # piped output is read by people too: wide enough that no number or op name is cut
 
 
@@ -21,26 +23,34 @@ def console():
 
 
 _NUMBER = re.compile(r"[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?", re.ASCII)
+MAX_NUMBER_TEXT = 64  # characters: past this it is not a number anyone typed (and int() of 5,000 digits raises)
 
 
 def integer(text: str) -> int:
     """An integer option: 2000000, 2_000_000 and 2e6 alike; ASCII digits only (not '٣')."""
-    if not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    if len(text) > MAX_NUMBER_TEXT or not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
     value = float(text) if any(c in text for c in ".eE") else int(text)
     if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
     return int(value)
 
 
 def real(text: str) -> float:
     """A number option: 0.5, 1e-3, 15e12; ASCII digits only, finite."""
-    if not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    if len(text) > MAX_NUMBER_TEXT or not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
     value = float(text)
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
     return value
+
+
+def filename(text: str) -> str:
+    """A file the user names to write: not empty (an empty --out was silently ignored)."""
+    if not text or "\0" in text or len(text) > 4096:
+        raise argparse.ArgumentTypeError(f"expected a file name, got {shown(text)}")
+    return text
 
 
 def packing_option(args: argparse.Namespace):

@@ -29,6 +29,9 @@ from tensorcad.errors import TensorcadError, check_integer
 
 MAX_MEAN = 2**24
 MAX_SPREAD = 10.0
+# Below this a gamma's shape (1/spread^2) overflows the quantile function;
+# such lengths are fixed in all but name, and spread 0 says so exactly.
+MIN_SPREAD = 1e-4
 MAX_SEQ = 2**24
 MAX_ROWS = 2**20
 # Materialising more than this many tokens a call is a mistake, not a
@@ -64,6 +67,8 @@ def check_spread(spread: object, path: str = "packing.spread") -> float:
     value = _real(spread, path)
     if not 0 <= value <= MAX_SPREAD:
         raise TensorcadError(path, f"spread must be in [0, {MAX_SPREAD:g}], got {value}")
+    if 0 < value < MIN_SPREAD:
+        raise TensorcadError(path, f"spread {value:g} is below {MIN_SPREAD:g}, fixed lengths in effect: give 0")
     return value
 
 

@@ -10,11 +10,32 @@ import math
 from dataclasses import dataclass
 
 from ..design.masks import BLOCK
-from ..errors import TensorcadError
+from ..errors import TensorcadError, shown
 from ..packing import Packing
 from .context_parallel import ContextParallel
 
 MAX_SEQ = 1 << 24
+# The analysis budget (docs/security.md): a packed operating point draws a
+# stream of documents for ROWS rows of seq tokens; past these it would take
+# minutes and gigabytes, so it is refused up front, naming seq or the mean.
+MAX_PACKED_SEQ = 1 << 22
+MAX_STREAM_DOCUMENTS = 1 << 22
+# A mask that reads made-up rows (documents, positions) is sampled over rows
+# of seq tokens whose lookup tables grow with rows x seq (1.1 GB at 2^22).
+MAX_MADE_UP_SEQ = 1 << 22
+
+
+def check_budget(design, op: "OperatingPoint") -> None:
+    """Refuse, up front, an operating point this design could not be analysed at within the budget."""
+    from ..design.expr import reads
+
+    if op.seq <= MAX_MADE_UP_SEQ:
+        return
+    for attention, _ in design.attentions():
+        if attention.keep is not None and reads(attention.keep) & set(attention.tensors):
+            raise TensorcadError("seq", f"{op.seq:,} tokens is more than {MAX_MADE_UP_SEQ:,} (2^22), the longest "
+                                        f"row the analysis samples made-up documents over within its budget "
+                                        f"({attention.path} reads them)")
 
 # Dense (no structured sparsity) peak FLOP/s per dtype and memory bandwidth per GPU.
 # Sources: NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB); NVIDIA H100 Tensor Core
@@ -48,7 +69,7 @@ DEFAULTS = {
 
 def _number(value: object, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TensorcadError(path, f"{value!r} is not a finite number")
+        raise TensorcadError(path, f"{shown(value)} is not a finite number")
     return float(value)
 
 
@@ -73,15 +94,17 @@ class OperatingPoint:
 
     def __post_init__(self) -> None:
         if isinstance(self.seq, bool) or not isinstance(self.seq, int):
-            raise TensorcadError("seq", f"{self.seq!r} is not an integer")
+            raise TensorcadError("seq", f"{shown(self.seq)} is not an integer")
         if not 1 <= self.seq <= MAX_SEQ:
             raise TensorcadError("seq", f"{self.seq} is outside 1..{MAX_SEQ:,} (2^24)")
         if self.packing is not None and not isinstance(self.packing, Packing):
             raise TensorcadError("packing", "expected Packing(mean, spread) or None")
-        if self.hardware not in HARDWARE:
-            raise TensorcadError("hardware", f"unknown hardware {self.hardware!r} ({', '.join(HARDWARE)})")
+        if self.packing is not None:
+            self._check_packed_work()
+        if not isinstance(self.hardware, str) or self.hardware not in HARDWARE:
+            raise TensorcadError("hardware", f"unknown hardware {shown(self.hardware)} ({', '.join(HARDWARE)})")
         if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or not 1 <= self.gpus <= 1_000_000:
-            raise TensorcadError("gpus", f"{self.gpus!r} is not an integer in 1..1,000,000")
+            raise TensorcadError("gpus", f"{shown(self.gpus)} is not an integer in 1..1,000,000")
         mfu = _number(self.mfu, "mfu")
         if not 0 < mfu <= 1:
             raise TensorcadError("mfu", f"{mfu} is outside (0, 1]")
@@ -93,8 +116,8 @@ class OperatingPoint:
             if not 1 <= tokens <= 1e18:
                 raise TensorcadError("tokens", f"{tokens:g} is outside 1..1e18")
         for name, dtype in (("trainDtype", self.train_dtype), ("serveDtype", self.serve_dtype)):
-            if dtype not in BYTES:
-                raise TensorcadError(name, f"unknown dtype {dtype!r} ({', '.join(BYTES)})")
+            if not isinstance(dtype, str) or dtype not in BYTES:
+                raise TensorcadError(name, f"unknown dtype {shown(dtype)} ({', '.join(BYTES)})")
         if self.train_dtype not in HARDWARE[self.hardware]["peak"]:
             raise TensorcadError(
                 "trainDtype", f"{self.hardware} has no {self.train_dtype} peak ({', '.join(HARDWARE[self.hardware]['peak'])})"
@@ -102,11 +125,25 @@ class OperatingPoint:
         if self.count not in COUNTS:
             raise TensorcadError("count", f"unknown count {self.count!r} ({', '.join(COUNTS)})")
         if isinstance(self.block, bool) or not isinstance(self.block, int) or not 1 <= self.block <= 4096:
-            raise TensorcadError("block", f"{self.block!r} is not an integer in 1..4096")
+            raise TensorcadError("block", f"{shown(self.block)} is not an integer in 1..4096")
         if self.cp is not None:
             if not isinstance(self.cp, ContextParallel):
                 raise TensorcadError("cp", "expected ContextParallel(size, shard) or None")
             self.cp.fits(self.seq, self.block)
+
+    def _check_packed_work(self) -> None:
+        from .attention import ROWS
+
+        if self.seq > MAX_PACKED_SEQ:
+            raise TensorcadError("seq", f"{self.seq:,} tokens a packed row is more than {MAX_PACKED_SEQ:,} (2^22), "
+                                        "the most the packed analysis samples within its budget")
+        documents = ROWS * self.seq / max(self.packing.mean, 1.0)
+        if documents > MAX_STREAM_DOCUMENTS:
+            least = ROWS * self.seq / MAX_STREAM_DOCUMENTS
+            raise TensorcadError("packing.mean", f"documents of mean {self.packing.mean:g} tokens fill {ROWS:,} rows of "
+                                                 f"{self.seq:,} with {documents:,.0f} documents, more than the "
+                                                 f"{MAX_STREAM_DOCUMENTS:,} (2^22) the analysis draws within its "
+                                                 f"budget: give a mean of at least {least:,.0f} or a shorter seq")
 
     @property
     def peak(self) -> float:

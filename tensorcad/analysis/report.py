@@ -18,7 +18,7 @@ from .attention import ROWS, keys_per_query
 from .blocks import block_counts
 from .context_parallel_report import ContextParallelReport, context_parallel_report
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
-from .operating_point import BYTES, OperatingPoint
+from .operating_point import BYTES, OperatingPoint, check_budget
 from .params import ParamCount, count_params
 from .rows import packed_rows
 from .serving import PerStream, per_stream
@@ -147,6 +147,7 @@ def analyze(design: Design | str | dict, op: OperatingPoint | None = None) -> Re
     """
     design = load(design)
     op = op if op is not None else OperatingPoint(seq=design.context)
+    check_budget(design, op)  # refused before any work, not after minutes of it
     key = (json.dumps(design.source, sort_keys=True, default=_plain), op)
     report = _CACHE.get(key)
     if report is None:

@@ -17,9 +17,13 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import TensorcadError, did_you_mean, join
+import keyword
+import re
+
+from ..errors import TensorcadError, did_you_mean, join, shown
 from . import expr as E
 from .catalog import KINDS, ROLES
+from .expr.nodes import FUNCTIONS, INDEX_NAMES, SCORE_NAME
 from .model import Attention, Design, Input, Node, Wire
 from .schema import Kind, check_params
 
@@ -27,13 +31,20 @@ _TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output", "hf"
 _NODE_KEYS = ("id", "kind", "in", "params", "description")
 MAX_NODES = 10_000
 MAX_ID = 64
+# A port handed down by name is read in expressions and named in generated
+# code, so it is a plain identifier that no expression name already means:
+# the indices, score, an attention's own params, the functions, and the
+# projections' q/k/v ports it would shadow.
+PORT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+RESERVED_PORTS = frozenset({*INDEX_NAMES, SCORE_NAME, *FUNCTIONS, "k", "v", "x",
+                            "heads", "kv_heads", "head_dim", "window", "self", "torch", "math"})
 
 
 def _check_id(value: Any, path: str, what: str) -> str:
     if not isinstance(value, str) or not value:
-        raise TensorcadError(path, f"{what} must be a non-empty string, got {value!r}")
-    if len(value) > MAX_ID or any(ord(c) < 32 for c in value):
-        raise TensorcadError(path, f"{what} {value[:MAX_ID]!r}... must be at most {MAX_ID} printable characters")
+        raise TensorcadError(path, f"{what} must be a non-empty string, got {shown(value)}")
+    if len(value) > MAX_ID or not value.isprintable():
+        raise TensorcadError(path, f"{what} {shown(value, MAX_ID)} must be at most {MAX_ID} printable characters")
     return value
 
 
@@ -46,7 +57,14 @@ def _object(value: Any, path: str) -> dict:
 def _no_unknown(obj: dict, allowed: tuple[str, ...], path: str, what: str) -> None:
     for key in obj:
         if key not in allowed:
-            raise TensorcadError(join(path, str(key)), f"unknown key {key!r} in {what} (keys: {', '.join(allowed)})")
+            raise TensorcadError(join(path, str(key)), f"unknown key {shown(key)} in {what} (keys: {', '.join(allowed)})")
+
+
+def _check_kind(value: Any, path: str) -> None:
+    """A kind is a string the catalog lists (a list or an object is refused before any lookup can fail)."""
+    if not isinstance(value, str) or value not in KINDS:
+        near = did_you_mean(value, KINDS) if isinstance(value, str) else ""
+        raise TensorcadError(path, f"unknown kind {shown(value)}{near} (kinds: {', '.join(KINDS)})")
 
 
 def _check_hf(hf: Any) -> None:
@@ -91,9 +109,9 @@ class _Resolver:
             self.nodes[id] = self._top_node(index, node)
         output = raw["output"]
         if not isinstance(output, str) or output not in self.nodes:
-            raise TensorcadError("output", f"{output!r} is not a node (nodes: {', '.join(self.nodes)})")
+            raise TensorcadError("output", f"{shown(output)} is not a node (nodes: {', '.join(self.nodes)})")
         if self.nodes[output].dim is None:
-            raise TensorcadError("output", f"{output!r} is a table, not a layer")
+            raise TensorcadError("output", f"{shown(output)} is a table, not a layer")
         return Design(
             name=name,
             inputs=tuple(self.inputs.values()),
@@ -113,10 +131,10 @@ class _Resolver:
             spec = _object(spec, path)
             _no_unknown(spec, ("role", "description"), path, "an input")
             role = spec.get("role", "tokens")
-            if role not in ROLES:
-                raise TensorcadError(join(path, "role"), f"{role!r} is not a role ({', '.join(ROLES)})")
+            if not isinstance(role, str) or role not in ROLES:
+                raise TensorcadError(join(path, "role"), f"{shown(role)} is not a role ({', '.join(ROLES)})")
             if any(i.role == role for i in self.inputs.values()):
-                raise TensorcadError(join(path, "role"), f"a second input of role {role!r}; a design takes at most one")
+                raise TensorcadError(join(path, "role"), f"a second input of role {shown(role)}; a design takes at most one")
             self.inputs[name] = Input(name, role, path)
         if not any(i.role == "tokens" for i in self.inputs.values()):
             raise TensorcadError("inputs", "a design needs one input of role tokens")
@@ -135,24 +153,25 @@ class _Resolver:
                 raise TensorcadError(join(path, "id"), "missing")
             id = _check_id(node["id"], join(path, "id"), "an id")
             if id in self.raw_nodes or id in self.inputs:
-                raise TensorcadError(join(path, "id"), f"duplicate id {id!r}")
+                raise TensorcadError(join(path, "id"), f"duplicate id {shown(id)}")
             if "kind" not in node:
                 raise TensorcadError(join(path, "kind"), "missing")
-            if node["kind"] not in KINDS:
-                raise TensorcadError(
-                    join(path, "kind"), f"unknown kind {node['kind']!r}{did_you_mean(node['kind'], KINDS)} (kinds: {', '.join(KINDS)})"
-                )
+            _check_kind(node["kind"], join(path, "kind"))
             wires = _object(node.get("in", {}), join(path, "in"))
             for port, ref in wires.items():
-                if not isinstance(ref, str):
-                    raise TensorcadError(join(join(path, "in"), port), f"expected an input or node id, got {ref!r}")
+                ppath = join(join(path, "in"), port)
+                if not isinstance(ref, str) or not ref:
+                    raise TensorcadError(ppath, f"expected an input or node id, got {shown(ref)}")
+                if not PORT_NAME.fullmatch(port) or keyword.iskeyword(port):
+                    raise TensorcadError(ppath, f"port {shown(port)} is not a name (letters, digits and _, "
+                                                "at most 64, not a Python keyword)")
             self.raw_nodes[id] = (index, node)
         for id, (index, node) in self.raw_nodes.items():
             for port, ref in node.get("in", {}).items():
                 if ref not in self.raw_nodes and ref not in self.inputs:
                     known = ", ".join([*self.inputs, *self.raw_nodes])
                     raise TensorcadError(
-                        f"nodes[{index}].in.{port}", f"dangling reference {ref!r} (inputs and nodes: {known})"
+                        f"nodes[{index}].in.{port}", f"dangling reference {shown(ref)} (inputs and nodes: {known})"
                     )
         order: list[str] = []
         state: dict[str, int] = {}  # 1 visiting, 2 done
@@ -190,24 +209,27 @@ class _Resolver:
             spec = kind.port(port)
             if spec is None and not kind.extra_ports:
                 ports = ", ".join(p.name for p in kind.ports) or "none"
-                raise TensorcadError(ppath, f"unknown port {port!r} for kind {kind.name!r} (ports: {ports})")
+                raise TensorcadError(ppath, f"unknown port {shown(port)} for kind {shown(kind.name)} (ports: {ports})")
+            if spec is None and port in RESERVED_PORTS:
+                raise TensorcadError(ppath, f"port name {shown(port)} is reserved (an expression or projection already "
+                                            f"means it: {', '.join(sorted(RESERVED_PORTS))}); rename the port")
             sources[port] = ref
             if port == "x" and kind.name == "embedding":
                 if ref not in self.inputs:
-                    raise TensorcadError(ppath, f"an embedding reads token ids from an input, not node {ref!r}")
+                    raise TensorcadError(ppath, f"an embedding reads token ids from an input, not node {shown(ref)}")
             elif port == "x" or (kind.name == "sdpa" and port in ("q", "k", "v")):
                 # hidden states: from a node, never an input of integer ids
                 if ref in self.inputs:
-                    raise TensorcadError(ppath, f"{ref!r} is an input of integer ids; port {port!r} takes hidden states from a node")
+                    raise TensorcadError(ppath, f"{shown(ref)} is an input of integer ids; port {shown(port)} takes hidden states from a node")
                 if self.nodes[ref].dim is None:
-                    raise TensorcadError(ppath, f"{ref!r} is a table; port {port!r} takes hidden states")
+                    raise TensorcadError(ppath, f"{shown(ref)} is a table; port {shown(port)} takes hidden states")
                 if port == "x":
                     dim_in = self.nodes[ref].dim
                     continue
             handed[port] = self._wire(port, ref, ppath, f"{id}.{port}")
         for spec in kind.ports:
             if spec.required and spec.name not in wiring:
-                raise TensorcadError(join(path, "in"), f"missing port {spec.name!r} for kind {kind.name!r}")
+                raise TensorcadError(join(path, "in"), f"missing port {shown(spec.name)} for kind {shown(kind.name)}")
         node = self._build(kind, id, id, join(path, "params"), raw.get("params"), dim_in, handed)
         return replace(node, sources=MappingProxyType(sources))
 
@@ -216,7 +238,7 @@ class _Resolver:
             return Wire(port, ref, True, self.inputs[ref].role, (hop,), path)
         node = self.nodes[ref]
         if node.kind != "table" and port not in ("q", "k", "v"):
-            raise TensorcadError(path, f"port {port!r} is wired from node {ref!r}, which is neither an input nor a table")
+            raise TensorcadError(path, f"port {shown(port)} is wired from node {shown(ref)}, which is neither an input nor a table")
         return Wire(port, ref, False, None, (hop,), path)
 
     # -- kinds ----------------------------------------------------------------------
@@ -227,7 +249,7 @@ class _Resolver:
         if not kind.extra_ports:
             for port, w in handed.items():
                 if kind.port(port) is None:
-                    raise TensorcadError(w.path, f"port {port!r} is handed to {name} ({kind.name}), which reads no such port")
+                    raise TensorcadError(w.path, f"port {shown(port)} is handed to {name} ({kind.name}), which reads no such port")
         build = getattr(self, f"_{kind.name}")
         return build(id=id, name=name, path=path, params=params, dim_in=dim_in, handed=handed)
 
@@ -246,11 +268,11 @@ class _Resolver:
             tpath = join(path, "tie")
             target = self.nodes.get(tie)
             if target is None or target.kind != "embedding":
-                raise TensorcadError(tpath, f"{tie!r} is not an embedding node defined before this one")
+                raise TensorcadError(tpath, f"{shown(tie)} is not an embedding node defined before this one")
             if (target.params["vocab"], target.params["dim"]) != (params["out"], dim_in):
                 raise TensorcadError(
                     tpath,
-                    f"a tied projection {dim_in} -> {params['out']} does not fit embedding {tie!r} "
+                    f"a tied projection {dim_in} -> {params['out']} does not fit embedding {shown(tie)} "
                     f"({target.params['vocab']} x {target.params['dim']})",
                 )
         return self._leaf("linear", id, name, path, params, dim_in, params["out"])
@@ -288,7 +310,7 @@ class _Resolver:
         for port, width in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
             w = handed.get(port)
             if w is not None and self.nodes[w.source].dim != width:
-                raise TensorcadError(w.path, f"{w.source!r} is {self.nodes[w.source].dim} wide; {port} needs {width}")
+                raise TensorcadError(w.path, f"{shown(w.source)} is {self.nodes[w.source].dim} wide; {port} needs {width}")
         attention = self._attention(path, params, heads, kv_heads, head_dim, handed)
         params = {**params, "kv_heads": kv_heads, "head_dim": head_dim}
         wires = [w for w in handed.values() if w.port not in ("q", "k", "v")]
@@ -316,7 +338,7 @@ class _Resolver:
         read = (E.reads(mask) if mask is not None else frozenset()) | (E.reads(score) if score is not None else frozenset())
         for port, w in {**tensors, **tables}.items():
             if port not in read and port != "pos":
-                raise TensorcadError(w.path, f"port {port!r} reaches {path}, whose mask and score read nothing by that name")
+                raise TensorcadError(w.path, f"port {shown(port)} reaches {path}, whose mask and score read nothing by that name")
         causal = E.Compare(">=", E.Var("q"), E.Var("kv")) if params["causal"] else None
         window = None
         if params["window"] is not None:
@@ -412,11 +434,10 @@ class _Resolver:
         if "params" in block:
             _no_unknown(block, ("kind", "params"), bpath, "a block")
         kind_name = block.get("kind")
-        if kind_name not in KINDS:
-            raise TensorcadError(join(bpath, "kind"), f"unknown kind {kind_name!r}{did_you_mean(kind_name, KINDS)} (kinds: {', '.join(KINDS)})")
+        _check_kind(kind_name, join(bpath, "kind"))
         kind = KINDS[kind_name]
         if kind.port("x") is None or kind.name in ("embedding", "stack"):
-            raise TensorcadError(join(bpath, "kind"), f"a stack repeats a block that maps x to x; {kind_name!r} does not")
+            raise TensorcadError(join(bpath, "kind"), f"a stack repeats a block that maps x to x; {shown(kind_name)} does not")
         if "params" in block:
             inner, ipath = block["params"], join(bpath, "params")
         else:  # the block's params may also sit beside its kind

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import TensorcadError, join
+from ..errors import TensorcadError, join, shown
 
 
 class _Required:
@@ -68,24 +68,24 @@ class Param:
                 if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
                     value = int(value)
                 else:
-                    raise TensorcadError(path, f"{value!r} is not an integer")
+                    raise TensorcadError(path, f"{shown(value)} is not an integer")
         elif kind == "float":
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise TensorcadError(path, f"{value!r} is not a number")
+                raise TensorcadError(path, f"{shown(value)} is not a number")
             if not math.isfinite(value):
-                raise TensorcadError(path, f"{value!r} is not a finite number")
+                raise TensorcadError(path, f"{shown(value)} is not a finite number")
             value = float(value)
         elif kind == "bool":
             if not isinstance(value, bool):
-                raise TensorcadError(path, f"{value!r} is not true or false")
+                raise TensorcadError(path, f"{shown(value)} is not true or false")
         elif kind == "enum":
             if value not in self.choices:
                 raise TensorcadError(
-                    path, f"{value!r} is not one of {', '.join(map(repr, self.choices))}"
+                    path, f"{shown(value)} is not one of {', '.join(map(repr, self.choices))}"
                 )
         elif kind in ("expr", "ref"):
             if not isinstance(value, str):
-                raise TensorcadError(path, f"{value!r} is not a string")
+                raise TensorcadError(path, f"{shown(value)} is not a string")
         elif kind == "object":
             if not isinstance(value, dict):
                 raise TensorcadError(path, f"expected an object, got {type(value).__name__}")
@@ -101,7 +101,7 @@ class Param:
                 raise TensorcadError(path, "expected a list of 1 to 4 positive integers")
             for i, n in enumerate(value):
                 if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_WIDTH:
-                    raise TensorcadError(join(path, i), f"{n!r} is not an integer in 1..{MAX_WIDTH}")
+                    raise TensorcadError(join(path, i), f"{shown(n)} is not an integer in 1..{MAX_WIDTH}")
             value = tuple(value)
         if kind in ("int", "float"):
             if self.low is not None and value < self.low:
@@ -154,14 +154,14 @@ def check_params(kind: Kind, raw: Any, path: str) -> dict[str, Any]:
         if key not in known:
             raise TensorcadError(
                 join(path, str(key)),
-                f"unknown param {key!r} for kind {kind.name!r} (params: {', '.join(sorted(known)) or 'none'})",
+                f"unknown param {shown(key)} for kind {shown(kind.name)} (params: {', '.join(sorted(known)) or 'none'})",
             )
     out: dict[str, Any] = {}
     for spec in kind.params:
         if spec.name in raw:
             out[spec.name] = spec.check(raw[spec.name], join(path, spec.name))
         elif spec.required:
-            raise TensorcadError(join(path, spec.name), f"missing required param for kind {kind.name!r}")
+            raise TensorcadError(join(path, spec.name), f"missing required param for kind {shown(kind.name)}")
         else:
             out[spec.name] = spec.default
     return out

@@ -18,7 +18,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
+from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint, check_budget
 from tensorcad.analysis.report import Report, analyze as analyze_design
 from tensorcad.design.masks import reads_documents
 from tensorcad.design import load, preset_names, show
@@ -26,7 +26,7 @@ from tensorcad.design.catalog import KINDS, catalog_text
 from tensorcad.design.expr import to_text
 from tensorcad.design.load import parse_text
 from tensorcad.design.model import Design
-from tensorcad.errors import TensorcadError, join
+from tensorcad.errors import TensorcadError, join, shown
 from tensorcad.packing import packing_of
 from tensorcad.rules import check
 
@@ -53,7 +53,7 @@ def _design(value: Any) -> Design:
     """A design object, or a preset's name; never a file path."""
     if isinstance(value, str):
         if value not in preset_names():
-            raise TensorcadError("design", f"{value!r} is not a preset ({', '.join(preset_names())})")
+            raise TensorcadError("design", f"{shown(value)} is not a preset ({', '.join(preset_names())})")
         return load(value)
     return load(_object(value, "design"))
 
@@ -85,7 +85,7 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             raise TensorcadError(join("op", e.path), e.message) from None
     context = design.context if design is not None else 8192
     try:
-        return OperatingPoint(
+        op = OperatingPoint(
             seq=given.get("seq", context),
             packing=packing,
             hardware=given.get("hardware", DEFAULTS["hardware"]),
@@ -95,6 +95,9 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             tokens=given.get("tokens"),
             count=given.get("count", "kept"),
         )
+        if design is not None:
+            check_budget(design, op)
+        return op
     except TensorcadError as e:
         raise TensorcadError(join("op", e.path), e.message) from None
 
@@ -219,7 +222,7 @@ def preview(body: Any) -> dict:
         raise TensorcadError("attention", "the design has no attention to preview")
     index = body.get("attention", 0)
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(attentions):
-        raise TensorcadError("attention", f"expected an integer in [0, {len(attentions) - 1}], got {index!r}")
+        raise TensorcadError("attention", f"expected an integer in [0, {len(attentions) - 1}], got {shown(index)}")
     attention, layers = attentions[index]
     # Packing is a condition of training: only a mask that reads documents sees it.
     packing = op.packing if reads_documents(attention) else None

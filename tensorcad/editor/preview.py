@@ -31,7 +31,7 @@ from tensorcad.design.expr import Box, Const, Env, Expr, evaluate, interval, rea
 from tensorcad.design.expr.nodes import tensor_reads
 from tensorcad.design.masks import MADE_UP_ROLES
 from tensorcad.design.model import Attention
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, shown
 from tensorcad.packing import Packing, draw
 
 DEFAULT_CELLS = 128
@@ -77,7 +77,7 @@ def sample_row(seq: int, packing: Packing | None, seed: int = 0) -> SampledRow:
 
 def check_cells(cells: object, path: str = "cells") -> int:
     if isinstance(cells, bool) or not isinstance(cells, numbers.Integral) or not 1 <= cells <= MAX_CELLS:
-        raise TensorcadError(path, f"expected an integer in [1, {MAX_CELLS}], got {cells!r}")
+        raise TensorcadError(path, f"expected an integer in [1, {MAX_CELLS}], got {shown(cells)}")
     return int(cells)
 
 
@@ -99,7 +99,7 @@ def mask_preview(attention: Attention, row: SampledRow, cells: int = DEFAULT_CEL
     """Exact kept fractions of the attention's mask over ``row``, in ``cells x cells`` cells."""
     cells = check_cells(cells)
     if isinstance(head, bool) or not isinstance(head, numbers.Integral) or not 0 <= head < attention.heads:
-        raise TensorcadError("head", f"expected an integer in [0, {attention.heads - 1}], got {head!r}")
+        raise TensorcadError("head", f"expected an integer in [0, {attention.heads - 1}], got {shown(head)}")
     seq = len(row.documents)
     keep = attention.keep if attention.keep is not None else Const(True)
     roles = _roles(attention, keep)

@@ -5,7 +5,9 @@ Standard library only (``http.server``). What it refuses, and why:
 - any host but 127.0.0.1 (``TensorcadError``): the editor is for the person
   at this machine, and has no authentication;
 - a ``Host`` header naming anything but this machine (403), so a web page
-  that rebinds its own name to 127.0.0.1 cannot talk to it;
+  that rebinds its own name to 127.0.0.1 cannot talk to it, and an
+  ``Origin`` header naming any page but the editor's own (403), so another
+  site open in the same browser cannot drive it; both on every request;
 - POST bodies that are not ``application/json`` (415), which a page from
   another origin cannot send without asking first; bodies past
   ``MAX_BODY`` (413) or without a length (411);
@@ -15,13 +17,18 @@ Standard library only (``http.server``). What it refuses, and why:
   onto a path, so ``..`` cannot climb out.
 
 Bad input is HTTP 400 ``{"error": "path: message", "path": "path"}``, the
-``TensorcadError``'s own words; an unexpected failure is a 500 with one line
-(the traceback goes to the server's log, not to the page).
+``TensorcadError``'s own words, and a malformed request (a bad request
+line, too many headers, a body that never arrives within ``Handler.timeout``)
+is a 4xx with the same one-line JSON, never http.server's HTML page; only a
+bug is a 500, with one line (the traceback goes to the server's log). The
+listen backlog is ``EditorServer.request_queue_size`` (128), so a burst of
+clients queues instead of being reset.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import traceback
 from http import HTTPStatus
@@ -30,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, one_line, shown
 
 from . import api
 
@@ -56,6 +63,7 @@ def static_files() -> dict[str, Path]:
 
 class EditorServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 128  # socketserver's default of 5 resets connections past a handful of clients
     initial: dict | None = None  # the design the editor opens with ({design, context}), if one was given
     files: dict[str, Path] = {}
 
@@ -64,6 +72,7 @@ class Handler(BaseHTTPRequestHandler):
     server: EditorServer
     server_version = "tensorcad-editor"
     protocol_version = "HTTP/1.1"
+    timeout = 15  # seconds a connection may sit idle or trickle a body before it is closed
 
     GET_ROUTES: dict[str, Callable[["Handler", dict], Any]] = {
         "/api/presets": lambda self, q: api.presets(),
@@ -82,14 +91,26 @@ class Handler(BaseHTTPRequestHandler):
     # -- responses -------------------------------------------------------------
 
     def _send(self, status: int, body: bytes, content_type: str, extra: dict | None = None) -> None:
+        if getattr(self, "request_version", "HTTP/0.9") == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"  # answer with a status line and headers, never bare HTTP/0.9
+            self.close_connection = True
+        headers = getattr(self, "headers", None)
+        if self.command != "POST" and headers is not None and (headers.get("Content-Length")
+                                                               or headers.get("Transfer-Encoding")):
+            self.close_connection = True  # a body that is not read must not be taken for the next request
+        if self.close_connection:
+            extra = {**(extra or {}), "Connection": "close"}  # and the client is told so
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         for key, value in {**SECURITY_HEADERS, **(extra or {})}.items():
             self.send_header(key, value)
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        try:
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):  # the client left first: nothing to answer
+            self.close_connection = True
 
     def _json(self, status: int, payload: Any, extra: dict | None = None) -> None:
         self._send(status, json.dumps(payload).encode("utf-8"), "application/json", extra)
@@ -99,6 +120,24 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
         self._json(status, {"error": message, "path": ""},
                    {"Connection": "close"} if close else None)
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (bad request line, headers too long...) as one-line JSON."""
+        try:
+            short, _ = self.responses.get(code, ("error", ""))
+        except AttributeError:  # pragma: no cover
+            short = "error"
+        self.close_connection = True
+        # http.server answers an unknown method with 501 and an unknown version with 505: bad input, so 4xx.
+        if code == HTTPStatus.NOT_IMPLEMENTED:
+            code, short, message = HTTPStatus.METHOD_NOT_ALLOWED, "Method Not Allowed", \
+                f"{shown(getattr(self, 'command', '') or '')} is not allowed (GET, POST)"
+        elif code == HTTPStatus.HTTP_VERSION_NOT_SUPPORTED:
+            code, short = HTTPStatus.BAD_REQUEST, "Bad Request"
+        if getattr(self, "command", None) is None:
+            self.command = "GET"  # a request line too broken to name a method still gets a body
+        self._json(code, {"error": one_line(f"{short}: {message or short}")[:300], "path": ""},
+                   {"Connection": "close"})
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         if getattr(self.server, "verbose", False):
@@ -110,6 +149,23 @@ class Handler(BaseHTTPRequestHandler):
         host = (self.headers.get("Host") or "").strip().lower()
         port = self.server.server_address[1]
         return host in (f"{HOST}:{port}", f"localhost:{port}")
+
+    def _origin_ok(self) -> bool:
+        """No Origin (a tool, not a page), or the editor's own page; ``null`` and every other site refused."""
+        origins = self.headers.get_all("Origin") or []
+        port = self.server.server_address[1]
+        return all(o.strip().lower() in (f"http://{HOST}:{port}", f"http://localhost:{port}") for o in origins)
+
+    def _guarded(self) -> bool:
+        """Host and Origin, checked on every request of every method; False when refused."""
+        if not self._host_ok():
+            self._refuse(HTTPStatus.FORBIDDEN, "this server answers only to 127.0.0.1", close=True)
+            return False
+        if not self._origin_ok():
+            self._refuse(HTTPStatus.FORBIDDEN, "requests from other sites are refused (Origin is not this editor)",
+                         close=True)
+            return False
+        return True
 
     def _call(self, fn: Callable[[], Any]) -> None:
         try:
@@ -124,8 +180,10 @@ class Handler(BaseHTTPRequestHandler):
     # -- methods ---------------------------------------------------------------
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-        if not self._host_ok():
-            return self._refuse(HTTPStatus.FORBIDDEN, "this server answers only to 127.0.0.1")
+        if not self._guarded():
+            return
+        if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
+            self.close_connection = True  # a GET's body is not read, so the connection cannot be reused
         url = urlsplit(self.path)
         route = self.GET_ROUTES.get(url.path)
         if route is not None:
@@ -135,7 +193,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._static("index.html")
         if url.path.startswith("/static/"):
             return self._static(unquote(url.path[len("/static/"):]))
-        self._refuse(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
+        self._refuse(HTTPStatus.NOT_FOUND, f"no such page: {shown(url.path)}")
 
     def _static(self, name: str) -> None:
         path = self.server.files.get(name)  # exact names only: no joining, no '..'
@@ -144,11 +202,12 @@ class Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, path.read_bytes(), TYPES[path.suffix])
 
     def do_POST(self) -> None:  # noqa: N802
-        if not self._host_ok():
-            return self._refuse(HTTPStatus.FORBIDDEN, "this server answers only to 127.0.0.1", close=True)
+        if not self._guarded():
+            return
         route = self.POST_ROUTES.get(urlsplit(self.path).path)
         length_text = self.headers.get("Content-Length")
-        if length_text is None or not length_text.isdigit():
+        if length_text is None or not re.fullmatch(r"[0-9]{1,18}", length_text.strip()) \
+                or len(self.headers.get_all("Content-Length") or []) > 1:
             return self._refuse(HTTPStatus.LENGTH_REQUIRED, "a request body needs a Content-Length",
                                 close=True)
         length = int(length_text)
@@ -157,8 +216,11 @@ class Handler(BaseHTTPRequestHandler):
             return self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 f"request body of {length:,} bytes; at most {MAX_BODY:,}", close=True)
         data = self.rfile.read(length)
+        if len(data) < length:
+            return self._refuse(HTTPStatus.BAD_REQUEST, f"the body ended after {len(data):,} of the "
+                                                        f"{length:,} bytes its Content-Length promised", close=True)
         if route is None:
-            return self._refuse(HTTPStatus.NOT_FOUND, f"no such endpoint: {self.path}")
+            return self._refuse(HTTPStatus.NOT_FOUND, f"no such endpoint: {shown(self.path)}")
         kind = (self.headers.get("Content-Type") or "").split(";")[0].strip().lower()
         if kind != "application/json":
             return self._refuse(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, "send the body as application/json")
@@ -173,6 +235,8 @@ class Handler(BaseHTTPRequestHandler):
         self._call(lambda: route(body))
 
     def _not_allowed(self) -> None:
+        if not self._guarded():
+            return
         self._refuse(HTTPStatus.METHOD_NOT_ALLOWED, f"{self.command} is not allowed (GET, POST)")
 
     do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
@@ -181,9 +245,9 @@ class Handler(BaseHTTPRequestHandler):
 def make_server(design: Any = None, port: int = 0, host: str = HOST) -> tuple[EditorServer, str]:
     """A server bound to 127.0.0.1 (not yet serving) and its URL; ``port=0`` picks a free port."""
     if host != HOST:
-        raise TensorcadError("host", f"the editor listens on {HOST} only, not {host!r}")
+        raise TensorcadError("host", f"the editor listens on {HOST} only, not {shown(host)}")
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise TensorcadError("port", f"expected an integer in [0, 65535], got {port!r}")
+        raise TensorcadError("port", f"expected an integer in [0, 65535], got {shown(port)}")
     initial = None
     if design is not None:
         from tensorcad.design import load

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import TensorcadError
+from ..errors import TensorcadError, shown
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a config.json is a few KB
 
@@ -138,15 +138,20 @@ class Reader:
 
 def read_config(source: str | Path) -> tuple[dict[str, Any], str]:
     """(the config's content, the path it was read from): a config.json or a model directory."""
+    from ..design.load import read_bounded
+
     path = Path(source)
-    if path.is_dir():
+    try:
+        is_dir = path.is_dir()
+    except OSError as e:
+        raise TensorcadError(shown(str(source)), f"cannot be read ({e.strerror})") from None
+    if is_dir:
         path = path / "config.json"
         if not path.is_file():
             raise TensorcadError(str(source), "is a directory without a config.json")
     try:
-        if path.stat().st_size > MAX_CONFIG_BYTES:
-            raise TensorcadError(str(path), f"is over {MAX_CONFIG_BYTES:,} bytes; a config.json is a few KB")
-        text = path.read_text(encoding="utf-8")
+        # A regular file only, capped while reading (a FIFO or /dev/zero named config.json is refused).
+        text = read_bounded(path, str(path), MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise TensorcadError(str(path), "no such file") from None
     except UnicodeDecodeError:
@@ -165,9 +170,12 @@ def read_config(source: str | Path) -> tuple[dict[str, Any], str]:
 def looks_like_config(source: str | Path) -> bool:
     """Whether a CLI argument names a Hugging Face config (or model directory) rather than a design."""
     path = Path(source)
-    if path.is_dir():
-        return (path / "config.json").is_file()
-    if path.suffix.lower() != ".json" or not path.is_file():
+    try:  # a name too long for the file system (ENAMETOOLONG) is no config; the design loader words it
+        if path.is_dir():
+            return (path / "config.json").is_file()
+        if path.suffix.lower() != ".json" or not path.is_file():
+            return False
+    except OSError:
         return False
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:

@@ -10,21 +10,21 @@ from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing
 
 BAD = [
-    (["--seq", "0"], "seq"),
-    (["--seq", "-8"], "seq"),
-    (["--seq", str(2**24 + 1)], "seq"),
+    (["--seq", "0"], "--seq"),
+    (["--seq", "-8"], "--seq"),
+    (["--seq", str(2**24 + 1)], "--seq"),
     (["--seq", "lots"], "--seq"),
-    (["--mfu", "0"], "mfu"),
-    (["--mfu", "1.5"], "mfu"),
-    (["--mfu", "nan"], "mfu"),
+    (["--mfu", "0"], "--mfu"),
+    (["--mfu", "1.5"], "--mfu"),
+    (["--mfu", "nan"], "--mfu"),
     (["--hardware", "TPUv5"], "--hardware"),
-    (["--gpus", "0"], "gpus"),
-    (["--price", "-1"], "pricePerGpuHour"),
-    (["--tokens", "0"], "tokens"),
-    (["--tokens", "1e30"], "tokens"),
-    (["--train-dtype", "int3"], "trainDtype"),
-    (["--serve-dtype", "fp2"], "serveDtype"),
-    (["--train-dtype", "fp4"], "trainDtype"),
+    (["--gpus", "0"], "--gpus"),
+    (["--price", "-1"], "--price"),
+    (["--tokens", "0"], "--tokens"),
+    (["--tokens", "1e30"], "--tokens"),
+    (["--train-dtype", "int3"], "--train-dtype"),
+    (["--serve-dtype", "fp2"], "--serve-dtype"),
+    (["--train-dtype", "fp4"], "--train-dtype"),
     (["--pack", "0"], "--pack"),
     (["--pack", "-5"], "--pack"),
     (["--pack", "1e30"], "--pack"),
@@ -32,6 +32,12 @@ BAD = [
     (["--pack", "512", "--pack-spread", "-1"], "--pack-spread"),
     (["--pack", "512", "--pack-spread", "1000"], "--pack-spread"),
     (["--pack-spread", "0.5"], "--pack-spread"),
+    # Hostile input (#12): work past the analysis budget is refused up front, naming the option typed.
+    (["--seq", "16777216", "--pack", "1"], "--seq"),
+    (["--seq", "65536", "--pack", "1"], "--pack"),
+    (["--pack", "64", "--pack-spread", "1e-320"], "--pack-spread"),
+    (["--seq", "\u0663"], "--seq"),  # an Arabic-Indic three: int() reads it as 3
+    (["--gpus", "true"], "--gpus"),
 ]
 
 

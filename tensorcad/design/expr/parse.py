@@ -34,11 +34,19 @@ from .nodes import (
     Scope,
     Unary,
     Var,
+    children,
     is_constant,
+    walk,
 )
 
 MAX_LENGTH = 2_000
 MAX_DEPTH = 100
+# Limits on the parsed tree itself, which every interpreter (numpy, intervals,
+# torch source) walks recursively and whose printed form Python must parse
+# again: min/max of many arguments and comparison chains are flat in the text
+# but a chain in the tree, so the text's nesting alone does not bound them.
+MAX_TREE_DEPTH = 64
+MAX_TREE_NODES = 1_000
 MAX_LITERAL = 2**40
 
 _ARITHMETIC = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
@@ -98,6 +106,10 @@ def parse(text: str, scope: Scope, path: str = "") -> Expr:
     _check_depth(tree.body, text, path)
     converter = _Converter(text, scope, path)
     expr, kind = converter.convert(tree.body)
+    nodes = sum(1 for _ in walk(expr))
+    if nodes > MAX_TREE_NODES:
+        raise TensorcadError(path, f"expression has {nodes:,} terms; the limit is {MAX_TREE_NODES:,}: "
+                                   f"{_clip(text, 60)!r}")
     if scope.kind == "mask" and kind != "bool":
         raise TensorcadError(path, f"a mask must be boolean, but {_clip(text)!r} is a number")
     if scope.kind == "score" and kind == "bool":
@@ -155,10 +167,28 @@ class _Converter:
     """
 
     def __init__(self, text: str, scope: Scope, path: str):
+        self.depths: dict[int, int] = {}  # id of a converted node -> its depth
+        self.keep: list[Expr] = []  # holds the nodes whose ids key ``depths``
         self.text = text
         self.scope = scope
         self.path = path
         self.in_score = scope.kind == "score"
+
+    def depth(self, expr: Expr) -> int:
+        """The tree depth of ``expr``, iteratively, reusing what earlier conversions measured."""
+        stack = [(expr, False)]
+        while stack:
+            node, ready = stack.pop()
+            if id(node) in self.depths:
+                continue
+            kids = children(node)
+            if ready or not kids:
+                self.depths[id(node)] = 1 + max((self.depths[id(k)] for k in kids), default=0)
+                self.keep.append(node)
+            else:
+                stack.append((node, True))
+                stack.extend((k, False) for k in kids if id(k) not in self.depths)
+        return self.depths[id(expr)]
 
     # -- errors ------------------------------------------------------------
 
@@ -199,7 +229,12 @@ class _Converter:
     def convert(self, node: ast.AST) -> tuple[Expr, Kind]:
         method = getattr(self, "convert_" + type(node).__name__, None)
         if method is not None:
-            return method(node)
+            expr, kind = method(node)
+            if self.depth(expr) > MAX_TREE_DEPTH:
+                raise self.refuse(f"expression nests {MAX_TREE_DEPTH}+ operations deep (min/max of many "
+                                  f"arguments and long comparison chains count one level each); the limit "
+                                  f"is {MAX_TREE_DEPTH}: {_clip(self.text, 60)!r}")
+            return expr, kind
         reason = _REFUSED_NODES.get(type(node), f"{type(node).__name__} is not allowed")
         raise self.refuse(f"{reason}: {self.source(node)!r}")
 

@@ -1,0 +1,116 @@
+"""MCP arguments are strict (#12): the real SDK client, in process, against every tool's schema.
+
+A misspelled or unknown argument, a JSON type the schema does not list (no
+bool as an integer, no string as a number), an empty string standing for a
+default: each is a one-line tool error naming the argument, never ignored.
+"""
+
+import asyncio
+import json
+import logging
+
+import pytest
+
+mcp = pytest.importorskip("mcp")
+
+from tensorcad.mcp import MAX_STRING, build_server  # noqa: E402
+
+logging.getLogger("mcp").setLevel(logging.ERROR)
+SERVER = build_server()
+TOOLS = {t.name: t.parameters for t in SERVER._tool_manager.list_tools()}
+
+
+def call(tool, arguments, server=SERVER):
+    async def go():
+        async with mcp.Client(server) as client:
+            return await client.call_tool(tool, arguments)
+
+    return asyncio.run(go())
+
+
+def error_line(result) -> str:
+    assert result.is_error, result
+    [content] = result.content
+    assert "\n" not in content.text and "validation error" not in content.text
+    return content.text
+
+
+def test_the_tool_names_and_arguments_are_kept():
+    assert {name: sorted(schema["properties"]) for name, schema in TOOLS.items()} == {
+        "presets": [], "catalog": ["kind"], "show": ["design"], "codegen": ["design", "scale"],
+        "rules": ["design", "pack", "pack_spread", "seq"],
+        "analyze": ["count", "design", "gpus", "hardware", "mfu", "pack", "pack_lengths", "pack_spread",
+                    "pack_strategy", "price_per_gpu_hour", "seq", "tokens"]}
+
+
+@pytest.mark.parametrize("tool", sorted(TOOLS))
+def test_every_input_schema_forbids_other_properties(tool):
+    assert TOOLS[tool]["additionalProperties"] is False
+
+
+async def _listed():
+    async with mcp.Client(SERVER) as client:
+        return {t.name: t.input_schema for t in (await client.list_tools()).tools}
+
+
+def test_the_client_sees_the_strict_schemas():
+    assert all(schema["additionalProperties"] is False for schema in asyncio.run(_listed()).values())
+
+
+@pytest.mark.parametrize("name", ["packing", "pack_mean", "seq_len", "spread", "gpu"])
+def test_a_misspelled_argument_is_an_error_naming_it_and_the_accepted_ones(name):
+    text = error_line(call("analyze", {"design": "nano-sort", name: 64}))
+    assert f"{name}: unknown argument for analyze (arguments: design, seq, pack, pack_spread" in text
+
+
+@pytest.mark.parametrize("arguments,needle", [
+    ({"seq": True}, "seq: expected integer or null, got boolean True"),
+    ({"seq": "256"}, "seq: expected integer or null, got string '256'"),
+    ({"seq": 256.0}, "seq: expected integer or null, got number 256.0"),
+    ({"pack": "64"}, "pack: expected number or null, got string '64'"),
+    ({"pack": False}, "pack: expected number or null, got boolean False"),
+    ({"hardware": ""}, "hardware: is empty; leave it out for the default"),
+    ({"hardware": 100}, "hardware: expected string or null, got integer 100"),
+    ({"hardware": "x" * (MAX_STRING + 1)}, f"hardware: {MAX_STRING + 1:,} characters; at most {MAX_STRING:,}"),
+])
+def test_types_are_json_s_own_with_no_coercion(arguments, needle):
+    assert needle in error_line(call("analyze", {"design": "nano-sort", **arguments}))
+
+
+def test_a_design_object_is_size_and_depth_limited():
+    deep: object = 1
+    for _ in range(100):
+        deep = {"a": deep}
+    assert "design: nests deeper than 64" in error_line(call("show", {"design": deep}))
+
+
+def test_an_integer_is_a_number_and_the_figures_follow_the_packing():
+    packed = call("analyze", {"design": "nano-sort", "pack": 64, "pack_spread": 0})
+    assert not packed.is_error
+    report = json.loads(packed.content[0].text)
+    assert {k: report["operatingPoint"]["packing"][k] for k in ("mean", "spread")} == {"mean": 64.0, "spread": 0.0}
+
+
+def test_the_operating_point_names_the_argument_typed():
+    assert "pack_spread: spread" in error_line(call("analyze", {"design": "nano-sort", "pack": 64,
+                                                                "pack_spread": 1e-320}))
+    assert "price_per_gpu_hour: -1.0 is outside" in error_line(call("analyze", {"design": "nano-sort",
+                                                                              "price_per_gpu_hour": -1}))
+    assert "seq: 16,777,216 tokens" in error_line(call("analyze", {"design": "nano-sort", "seq": 2**24, "pack": 1}))
+
+
+def test_a_missing_argument_and_an_empty_design_are_one_line():
+    assert "design: missing; show needs it" in error_line(call("show", {}))
+    assert "design: is empty" in error_line(call("show", {"design": ""}))
+
+
+def test_an_internal_failure_carries_the_engine_s_message(monkeypatch):
+    import tensorcad.design
+
+    def broken(design):
+        raise RuntimeError("the printer lost its place\nat line 2")
+
+    # A fault injected where the tool calls the engine: the wrapper, not the engine, is under test.
+    monkeypatch.setattr(tensorcad.design, "show", broken)
+    text = error_line(call("show", {"design": "nano-sort"}, server=build_server()))
+    assert "internal error (RuntimeError): the printer lost its place" in text
