@@ -63,10 +63,10 @@ class Goldens:
 
     def _compare(self, kind: str, design: Any, op: Any) -> None:
         import tensorcad
-        from tensorcad.runtime.goldens import golden_data
+        from tensorcad.runtime.goldens import golden_data, golden_name
 
         design = tensorcad.load(design)
-        self(kind, design.name, golden_data(kind, design, op))
+        self(kind, golden_name(design, op), golden_data(kind, design, op))
 
     def analysis(self, design: Any, op: Any = None) -> None:
         self._compare("analysis", design, op)

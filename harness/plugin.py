@@ -34,6 +34,12 @@ def pytest_configure(config: pytest.Config) -> None:
         add_design_args(config)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    from .snapshot import forget_goldens_seen
+
+    forget_goldens_seen()  # "two goldens for one name" is a question of one run
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path.suffix not in options.DESIGN_SUFFIXES:
         return None

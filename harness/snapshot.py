@@ -42,7 +42,29 @@ def golden_extension(root: str | Path, kind: str) -> type[SingleFileSnapshotExte
     return TensorcadGolden
 
 
+# What each golden file was compared with in this process: two different texts for one
+# file would have --snapshot-update write one and the next run fail on the other.
+_SEEN: dict[Path, str] = {}
+
+
+def forget_goldens_seen() -> None:
+    _SEEN.clear()
+
+
 def assert_golden(snapshot, root: str | Path, kind: str, name: str, data: Any) -> None:
-    """Compare (or, with --snapshot-update, write) one golden."""
+    """Compare (or, with --snapshot-update, write) one golden.
+
+    A golden not yet written fails in one line saying how to write it, and two
+    different goldens under one name in a run are refused rather than overwritten.
+    """
+    import pytest
+
+    __tracebackhide__ = True
     text = golden_text(kind, name, data)
+    path = golden_dir(root, kind) / f"{file_name(name)}.{KINDS[kind]}"
+    if _SEEN.setdefault(path, text) != text:
+        pytest.fail(f"two different {kind} goldens named {name!r} in one run ({path}): "
+                    "the design or its operating point differs where the name does not; rename one", pytrace=False)
+    if not snapshot.update_snapshots and not path.is_file():
+        pytest.fail(f"no golden {path}: run pytest --snapshot-update to write it", pytrace=False)
     assert text == snapshot(extension_class=golden_extension(root, kind), name=file_name(name))

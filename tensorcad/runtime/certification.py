@@ -81,13 +81,14 @@ def _closed_form(s: Subject) -> Check:
 
 
 def _golden(s: Subject, kind: str) -> Check:
-    from .goldens import NoGolden, golden_data
+    from .goldens import NoGolden, golden_data, golden_name
 
     name = f"golden[{kind}]"
     if s.golden is None:
         raise Skipped("no goldens to compare with (pytest --tensorcad compares snapshots/)")
     try:
-        s.golden(kind, s.design.name, golden_data(kind, s.design, s.op if kind != "codegen" else None))
+        op = s.op if kind != "codegen" else None  # generated code depends on the design alone
+        s.golden(kind, golden_name(s.design, op), golden_data(kind, s.design, op))
     except NoGolden as none:
         raise Skipped(str(none)) from None
     return passed(name, f"{kind} matches its golden")

@@ -1,7 +1,11 @@
 """Goldens: what each golden holds, the text of its file, and where that file lives.
 
-One golden a design and kind (analysis, rules, codegen), one file under the
-project's `snapshots/<kind>/`, named after the design, with a version header,
+One golden a design, kind (analysis, rules, codegen) and operating point, one
+file under the project's `snapshots/<kind>/`, named after what it depends on:
+the design's name alone at the design's own operating point (its context,
+unpacked), and the name with the settings that differ otherwise
+(`nano-sort@mean96-seq128-spread1`), so that two tests checking one design at
+two operating points keep two goldens. Each file has a version header,
 sorted keys and stable number formatting, so a reviewer can read a diff of it.
 The pytest plugin compares (and, with --snapshot-update, rewrites) them through
 syrupy (`harness.snapshot`); `tensorcad certify` compares the files on disk.
@@ -66,9 +70,45 @@ def golden_text(kind: str, name: str, data: Any) -> str:
     return header + json.dumps(_stable(data), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
+def golden_name(design: Any, op: Any = None) -> str:
+    """The name of ``design``'s golden at ``op``: what the golden depends on, in its name.
+
+    The design's own operating point (``OperatingPoint(seq=design.context)``) or
+    None gives the bare name, so existing goldens keep their files.
+    """
+    if op is None:
+        return design.name
+    from tensorcad.analysis.operating_point import OperatingPoint
+
+    here, base = _flat(op.to_json()), _flat(OperatingPoint(seq=design.context).to_json())
+    parts = [f"{key.rsplit('.', 1)[-1]}{_short(value)}" for key, value in sorted(here.items())
+             if base.get(key) != value]
+    return f"{design.name}@{'-'.join(parts)}" if parts else design.name
+
+
+def _flat(value: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        return {prefix: value}
+    out: dict[str, Any] = {}
+    for key, inner in value.items():
+        out.update(_flat(inner, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (int, str)) or value is None:
+        return str(value)
+    # A list (an empirical histogram's quantiles, say): a short digest keeps the name a name.
+    import hashlib
+
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:8]
+
+
 def file_name(name: str) -> str:
-    """A design's name as a file name: anything but letters, digits and -._ becomes _."""
-    safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in name)
+    """A golden's name as a file name: anything but letters, digits and -._@ becomes _."""
+    safe = "".join(c if c.isalnum() or c in "-._@" else "_" for c in name)
     return safe.strip(".") or "design"
 
 

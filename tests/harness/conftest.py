@@ -84,3 +84,17 @@ def project(pytester: pytest.Pytester):
 def design_texts() -> dict[str, str]:
     """The test designs' JSON, by name; `make(name, mask=..., documents=...)` builds another."""
     return {"isolated": ISOLATED, "plain": PLAIN, "leaking": LEAKING, "make": design_json}
+
+
+@pytest.fixture
+def golden_file():
+    """find(root, kind, design): the one golden of ``design`` under root/snapshots/<kind>/,
+    whatever operating point its name carries."""
+
+    def find(root, kind: str, design: str):
+        directory = root / "snapshots" / kind
+        found = [p for p in directory.iterdir() if p.stem == design or p.stem.startswith(design + "@")]
+        assert len(found) == 1, sorted(p.name for p in directory.iterdir())
+        return found[0]
+
+    return find

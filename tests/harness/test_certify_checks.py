@@ -31,9 +31,13 @@ def test_goldens_on_disk_are_compared(tmp_path, design_texts):
     settings = Settings().for_design(design)
     from harness.fixtures import operating_point
 
-    golden = tmp_path / "snapshots" / "analysis" / "tiny-documents.txt"
+    from tensorcad.runtime.goldens import file_name, golden_name
+
+    op = operating_point(settings)
+    name = golden_name(design, op)  # the collected item's golden is keyed by its operating point
+    golden = tmp_path / "snapshots" / "analysis" / f"{file_name(name)}.txt"
     golden.parent.mkdir(parents=True)
-    golden.write_text(golden_text("analysis", design.name, golden_data("analysis", design, operating_point(settings))))
+    golden.write_text(golden_text("analysis", name, golden_data("analysis", design, op)))
     (result,) = run_checks(design, root=tmp_path, only=["golden[analysis]"])
     assert result.outcome == "passed"
     golden.write_text(golden.read_text().replace('"total": 90432', '"total": 90433'))

@@ -39,12 +39,12 @@ def test_design_without_documents_skips_with_the_reason(project):
 
 
 @pytest.mark.slow  # every check of two designs, flex compile and export included: ~30 s on 2 cores
-def test_two_designs_certify(project):
+def test_two_designs_certify(project, golden_file):
     # Goldens are written once, then every check passes (or skips where it does not apply).
     project.runpytest("--tensorcad", "designs", "-m", "golden", "--snapshot-update").assert_outcomes(passed=6)
     result = project.runpytest("--tensorcad", "designs", "-rs")
     result.assert_outcomes(passed=16, skipped=2)  # tiny-plain's causal mask has block counts too
-    assert (project.path / "snapshots" / "analysis" / "tiny-documents.txt").is_file()
+    assert golden_file(project.path, "analysis", "tiny-documents").is_file()
     assert (project.path / "snapshots" / "codegen" / "tiny-plain.py").is_file()
 
 

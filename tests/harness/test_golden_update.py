@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 
-def test_changed_figure_fails_and_snapshot_update_rewrites_it(project):
+def test_changed_figure_fails_and_snapshot_update_rewrites_it(project, golden_file):
     project.runpytest("--tensorcad", "designs", "-m", "golden", "--snapshot-update").assert_outcomes(passed=6)
-    golden = project.path / "snapshots" / "analysis" / "tiny-documents.txt"
-    other = project.path / "snapshots" / "analysis" / "tiny-plain.txt"
+    golden = golden_file(project.path, "analysis", "tiny-documents")
+    other = golden_file(project.path, "analysis", "tiny-plain")
     before, other_before = golden.read_text(), other.read_text()
-    assert before.startswith("# tensorcad golden v1: analysis of tiny-documents\n")
+    assert before.startswith(f"# tensorcad golden v1: analysis of {golden.stem}\n")
     assert json.loads(before.split("\n", 1)[1])["params"]["total"] == 90432
 
     # A wider MLP changes the parameter count and every FLOP figure.

@@ -44,7 +44,7 @@ def test_model_form(tensorcad_model, tensorcad_form):
 '''
 
 
-def test_downstream_project_with_markers_and_fixtures_passes(project):
+def test_downstream_project_with_markers_and_fixtures_passes(project, golden_file):
     project.makepyfile(test_models=TEST_FILE)
     project.runpytest("--snapshot-update", "--strict-markers", "-m", "golden").assert_outcomes(passed=1)
     result = project.runpytest("--strict-markers", "-v")
@@ -52,7 +52,7 @@ def test_downstream_project_with_markers_and_fixtures_passes(project):
     # tensorcad_model is parametrized over the forms: one test a form.
     result.stdout.fnmatch_lines(["*test_isolated[[]eager[]] PASSED*", "*test_isolated[[]flex[]] PASSED*",
                                  "*test_model_form[[]eager[]] PASSED*"])
-    assert (project.path / "snapshots" / "analysis" / "tiny-documents.txt").is_file()
+    assert golden_file(project.path, "analysis", "tiny-documents").is_file()
 
 
 def test_dash_m_isolation_selects_the_marked_tests(project):
