@@ -31,10 +31,14 @@ def test_certify_llama_3_8b_documents(benchmark, tmp_path):
     design = tensorcad.load(DESIGN)
     settings = Settings(seq=SEQ, params=PARAMS)
     op = operating_point(settings, design)
+    from tensorcad.runtime.goldens import file_name, golden_name
+
     for kind, ext in KINDS.items():  # goldens as --snapshot-update would write them
-        path = tmp_path / "snapshots" / kind / f"{design.name}.{ext}"
+        at = op if kind != "codegen" else None
+        name = golden_name(design, at)
+        path = tmp_path / "snapshots" / kind / f"{file_name(name)}.{ext}"
         path.parent.mkdir(parents=True)
-        path.write_text(golden_text(kind, design.name, golden_data(kind, design, op)))
+        path.write_text(golden_text(kind, name, golden_data(kind, design, at)))
 
     def certify():
         clear_models()
