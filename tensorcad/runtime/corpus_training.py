@@ -20,7 +20,6 @@ backward on CPU).
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,8 @@ from tensorcad.design import Design, load
 from tensorcad.errors import TensorcadError, check_integer
 from tensorcad.packing import DEFAULT_BUFFER, check_strategy
 
-LEARNING_RATE = 3e-3
+from .training import train_steps
+
 WARMUP = 10
 MAX_DOCUMENTS = 1 << 20
 MAX_TOKENS = 1 << 26
@@ -249,29 +249,14 @@ def train_on_corpus(design: Design | str, corpus: str | Path, *, tokenizer: str 
     if not scored_all.any():
         raise TensorcadError("--corpus", "no document is two tokens long: nothing to predict")
     rng = np.random.default_rng(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=0.01)
 
-    def rate(step: int) -> float:  # warm-up, then cosine to a tenth (nanoGPT)
-        if step < WARMUP:
-            return (step + 1) / WARMUP
-        return 0.1 + 0.45 * (1 + math.cos(math.pi * (step - WARMUP) / max(1, steps - WARMUP)))
-
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
-    model.train()
-    losses = []
-    for step in range(steps):
+    def loss_at(step: int) -> torch.Tensor:
         pick = torch.from_numpy(rng.choice(len(packed.ids), size=rows, replace=len(packed.ids) < rows))
         batch = {k: v[pick] for k, v in tensors.items()}
         batch["targets"] = batch["ids"]
-        loss = _loss(model, batch, scored_all[pick])
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        losses.append(float(loss.detach()))
-        if progress is not None:
-            progress("training", step + 1, steps, f"loss {losses[-1]:.3f}")
+        return _loss(model, batch, scored_all[pick])
+
+    losses = train_steps(model, steps, loss_at, progress, warmup=WARMUP)
     model.eval()
     cross, own, count = gradient_probe(model, tensors, scored_all)
     real = packed.real.mean()

@@ -156,20 +156,35 @@ def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_0
         raise TensorcadError("vocab", f"{small.name} has {vocab} tokens; sorting needs at least 3")
     seq = min(MAX_SEQ, small.context)
     rng = np.random.default_rng(seed)
+    losses = train_steps(model, steps, lambda step: _loss(model, sort_batch(rng, rows, seq, digits), documents,
+                                                        positions), progress)
+    model.eval()
+    token_accuracy, problem_accuracy = _accuracy(model, np.random.default_rng((seed, 1)), seq, digits,
+                                                 documents, positions)
+    model.form = "flex"
+    return TrainResult(small.name, sum(p.numel() for p in model.parameters()), steps, rows, seq,
+                       tuple(losses), token_accuracy, problem_accuracy, 1.0 / digits,
+                       time.perf_counter() - start)
+
+
+def train_steps(model, steps: int, loss_at, progress=None, warmup: int = WARMUP) -> list[float]:
+    """AdamW for ``steps`` steps on ``loss_at(step)``, the model in train mode; every step's loss.
+
+    The one training loop (smoke-train on sorting and on a corpus): linear warm-up,
+    then cosine down to a tenth (nanoGPT's schedule), gradients clipped at 1.
+    """
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, betas=(0.9, 0.95), weight_decay=0.01)
 
     def rate(step: int) -> float:
-        # linear warm-up, then cosine down to a tenth (nanoGPT's schedule)
-        if step < WARMUP:
-            return (step + 1) / WARMUP
-        progress = (step - WARMUP) / max(1, steps - WARMUP)
-        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
 
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, rate)
     losses = []
     for step in range(steps):
-        loss = _loss(model, sort_batch(rng, rows, seq, digits), documents, positions)
+        loss = loss_at(step)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -178,13 +193,7 @@ def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_0
         losses.append(float(loss.detach()))
         if progress is not None:
             progress("training", step + 1, steps, f"loss {losses[-1]:.3f}")
-    model.eval()
-    token_accuracy, problem_accuracy = _accuracy(model, np.random.default_rng((seed, 1)), seq, digits,
-                                                 documents, positions)
-    model.form = "flex"
-    return TrainResult(small.name, sum(p.numel() for p in model.parameters()), steps, rows, seq,
-                       tuple(losses), token_accuracy, problem_accuracy, 1.0 / digits,
-                       time.perf_counter() - start)
+    return losses
 
 
 def _accuracy(model, rng: np.random.Generator, seq: int, digits: int, documents: bool, positions: bool,
