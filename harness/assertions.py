@@ -68,6 +68,11 @@ def assert_isolated(
         raise TypeError("assert_isolated needs the documents of each position (B, T)")
     from tensorcad.runtime.isolation import check_isolation  # torch, on first use
 
+    from harness.adapters import adapt
+
+    # A Hugging Face model is adapted (never called positionally by guess); a
+    # callable that cannot take (ids, documents, positions) is refused saying what to wrap.
+    model_fn = adapt(model_fn)
     vocab = vocab if vocab is not None else _vocab_of(model_fn, ids)
     wanted = list(forms) if forms is not None else [None]
     if forms is not None and not hasattr(model_fn, "form"):
@@ -91,7 +96,10 @@ def assert_isolated(
         if forms is not None:
             model_fn.form = original
     if failures:
-        raise AssertionError("documents are not isolated\n" + "\n".join(failures))
+        from harness.hf_diagnosis import diagnose_failure
+
+        hints = diagnose_failure(model_fn, ids, documents, positions)
+        raise AssertionError("documents are not isolated\n" + "\n".join(failures + hints))
     return results
 
 
