@@ -2,12 +2,13 @@
 
 ```python
 from harness import assert_isolated, assert_faithful, assert_gradients_isolated
-from harness import assert_closed_form, assert_block_counts_agree
+from harness import assert_closed_form, assert_block_counts_agree, hf_causal_lm
 assert_isolated(model_fn, ids, documents, positions=None)   # tokens and boundaries moved: nothing else moves
 assert_faithful(model_fn, ids, documents, positions)        # each document as if run alone
 assert_gradients_isolated(model_fn, ids, documents, positions)  # no gradient crosses documents
 assert_closed_form(design, op, rel=0.02)
 assert_block_counts_agree(design, op, rows=64)
+assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model, packed position_ids
 ```
 
 None of these needs pytest. Names load on first use, so the plugin (which
@@ -28,6 +29,9 @@ _LAZY = {
     "assert_closed_form": "harness.assertions",
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",
+    "adapt": "harness.adapters",
+    "call": "harness.adapters",
+    "hf_causal_lm": "harness.adapters",
     "run_checks": "harness.checks",
     "CheckResult": "harness.checks",
 }

@@ -45,23 +45,18 @@ def model_function(model: Any) -> Any:
     ``harness.adapters.adapt`` recognises a Hugging Face model and wraps it (or refuses,
     saying what to wrap); anything else is called as it is.
     """
-    try:
-        from .adapters import adapt
-    except ImportError:  # pragma: no cover - the adapters ship with the harness
-        return model
+    from .adapters import adapt
+
     return adapt(model)
-
-
-def is_hugging_face(model: Any) -> bool:
-    """A transformers model (told by its class, so that transformers need not be imported here)."""
-    return any(cls.__name__ == "PreTrainedModel" for cls in type(model).__mro__)
 
 
 def alone_function(model: Any, model_fn: Any) -> Any:
     """How a document runs alone by default: a Hugging Face model's own forward on it, nothing packed
     (``model(input_ids=ids)``: its own causal mask, window and positions); else an ``alone`` the
     model_fn carries; else None (``model_fn`` itself, on a one-document row)."""
-    if is_hugging_face(model):
+    from .adapters import is_hf_model
+
+    if is_hf_model(model):
         return lambda ids, documents, positions: model(input_ids=ids)
     return getattr(model_fn, "alone", None)
 
@@ -175,6 +170,11 @@ def assert_isolated(
     finally:
         if forms is not None:
             model_fn.form = original
+    if failures:
+        from .hf_diagnosis import diagnose_failure
+
+        # A leak from a Hugging Face model: the setting that caused it (use_cache, an all-ones mask).
+        failures += diagnose_failure(model_fn, ids, documents, positions)
     report = IsolationReport(tuple(tokens), tuple(moves), wanted, tuple(failures))
     if failures:
         raise CertificateError(report.message(), report)

@@ -26,6 +26,23 @@ import numpy as np
 
 from tensorcad.corpus.histogram import Lengths
 from tensorcad.errors import TensorcadError, check_integer
+# The representations of a packing (position_ids, cu_seqlens, seq_idx, EOS ids) and
+# the conversions between them live in their own module; their public names are
+# tensorcad.packing's too.
+from tensorcad.packing_forms import (  # noqa: F401 - re-exported
+    _positions_from_cuts,
+    cu_seqlens_of,
+    documents_of_cu_seqlens,
+    documents_of_eos,
+    documents_of_lengths,
+    documents_of_positions,
+    documents_of_seq_idx,
+    eos_ids_of,
+    flash_kwargs_of,
+    positions_of,
+    row_lengths,
+    seq_idx_of,
+)
 
 MAX_MEAN = 2**24
 MAX_SPREAD = 10.0
@@ -350,25 +367,6 @@ class RowBoundaries:
         return _positions_from_cuts(self.rows, self.seq, row_of_cut, self.cuts)
 
 
-def _positions_from_cuts(
-    rows: int, seq: int, row_of_cut: np.ndarray, cuts: np.ndarray
-) -> np.ndarray:
-    # A document's first position is a running sum of the gaps between
-    # boundaries, which a cumulative sum builds in one pass (much faster than
-    # a running maximum); cuts are sorted by row, then by position.
-    gaps = np.zeros((rows, seq), dtype=np.int64)
-    if len(cuts):
-        previous = np.empty_like(cuts)
-        previous[0] = 0
-        previous[1:] = cuts[:-1]
-        row_begins = np.ones(len(cuts), dtype=np.bool_)
-        row_begins[1:] = row_of_cut[1:] != row_of_cut[:-1]
-        previous[row_begins] = 0
-        gaps[row_of_cut, cuts] = cuts - previous
-    begin = np.cumsum(gaps, axis=1, out=gaps)
-    return np.subtract(np.arange(seq, dtype=np.int64), begin, out=begin)
-
-
 def draw_boundaries(
     rows: int, seq: int, mean: float | None = None, spread: float = 1.0, seed: int = 0, *,
     packing: Packing | None = None,
@@ -405,26 +403,3 @@ def draw(
     boundaries = draw_boundaries(rows, seq, mean, spread, seed, packing=packing)
     # Equal to positions_of(documents), built from the boundaries directly.
     return boundaries.documents(), boundaries.positions()
-
-
-def positions_of(documents: np.ndarray) -> np.ndarray:
-    """Each token's position in its document, restarting at every change of id and every row.
-
-    This is Hugging Face ``DataCollatorWithFlattening``'s ``position_ids``
-    for whole examples. Accepts an integer array of shape (B, T) or (T,).
-    """
-    if not isinstance(documents, np.ndarray):
-        raise TensorcadError("documents", f"expected a numpy array, got {type(documents).__name__}")
-    if documents.dtype == np.bool_ or not np.issubdtype(documents.dtype, np.integer):
-        raise TensorcadError("documents", f"expected integer document ids, got {documents.dtype}")
-    if documents.ndim not in (1, 2):
-        raise TensorcadError("documents", f"expected shape (B, T) or (T,), got {documents.shape}")
-    flat = documents.ndim == 1
-    grid = documents[None, :] if flat else documents
-    rows, seq = grid.shape
-    if seq == 0:
-        return np.zeros(documents.shape, dtype=np.int64)
-    change = np.not_equal(grid[:, 1:], grid[:, :-1])
-    row_of_cut, cuts = np.nonzero(change)
-    positions = _positions_from_cuts(rows, seq, row_of_cut, cuts + 1)
-    return positions[0] if flat else positions

@@ -1,0 +1,123 @@
+"""The Hugging Face setups people train with, as tiny random models on CPU (float32), reusable by any test.
+
+Each setup is a model, a batch packed by ``DataCollatorWithFlattening`` itself
+from a feature list, and a ``model_fn(ids, documents, positions)`` calling the
+model the way that setup does. ``alone_gaps`` runs each document by itself,
+the reference every expected verdict is established from.
+
+```python
+from tests.harness.hf_setups import tiny_model, collated, alone_gaps
+model = tiny_model("mistral", "sdpa")
+ids, documents, positions, batch = collated(LENGTHS)
+```
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import transformers
+
+from tensorcad.packing import documents_of_seq_idx
+
+VOCAB = 128
+# One packed row of 160 tokens: documents short and long, the longest (40) past Mistral's window of 16.
+LENGTHS = (9, 40, 3, 27, 1, 33, 14, 33)
+WINDOW = 16
+FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "bert")
+IMPLEMENTATIONS = ("eager", "sdpa")
+
+
+def tiny_config(family: str, implementation: str) -> transformers.PretrainedConfig:
+    """A 2-layer, hidden-32/64 config of ``family``; Mistral's window (16) is smaller than its documents."""
+    common = dict(vocab_size=VOCAB, num_hidden_layers=2, attn_implementation=implementation)
+    if family == "gpt2":
+        return transformers.GPT2Config(n_embd=32, n_head=4, n_positions=256, bos_token_id=1, eos_token_id=1, resid_pdrop=0.0, embd_pdrop=0.0,
+                                       attn_pdrop=0.0, **{k: v for k, v in common.items() if k != "num_hidden_layers"},
+                                       n_layer=2)
+    if family == "bert":
+        return transformers.BertConfig(hidden_size=32, num_attention_heads=4, intermediate_size=64,
+                                       max_position_embeddings=256, hidden_dropout_prob=0.0,
+                                       attention_probs_dropout_prob=0.0, **common)
+    decoder = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                   max_position_embeddings=256, **common)
+    if family == "llama":
+        return transformers.LlamaConfig(**decoder)
+    if family == "mistral":
+        return transformers.MistralConfig(sliding_window=WINDOW, **decoder)
+    if family == "qwen2":
+        return transformers.Qwen2Config(**decoder)
+    raise ValueError(family)
+
+
+def tiny_model(family: str, implementation: str = "sdpa") -> torch.nn.Module:
+    """A seeded random model in eval mode (BERT: its masked-LM head, so outputs are logits)."""
+    config = tiny_config(family, implementation)
+    torch.manual_seed(0)
+    classes = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
+               "qwen2": transformers.Qwen2ForCausalLM, "gpt2": transformers.GPT2LMHeadModel,
+               "bert": transformers.BertForMaskedLM}
+    return classes[family](config).eval()
+
+
+def features(lengths=LENGTHS, seed: int = 0) -> list[dict]:
+    """One example per document, with its own random token ids: what a dataset hands the collator."""
+    rng = np.random.default_rng(seed)
+    return [{"input_ids": rng.integers(0, VOCAB, size=n).tolist()} for n in lengths]
+
+
+def collated(lengths=LENGTHS, seed: int = 0):
+    """(ids, documents, positions, batch): the collator's batch, and the documents its seq_idx names."""
+    collator = transformers.DataCollatorWithFlattening(return_seq_idx=True, return_flash_attn_kwargs=True)
+    batch = collator(features(lengths, seed))
+    documents = documents_of_seq_idx(batch["seq_idx"])
+    return batch["input_ids"], documents, batch["position_ids"], batch
+
+
+def block_diagonal(documents: torch.Tensor, causal: bool = True) -> torch.Tensor:
+    """The 4D wrapper docs/harness.md used to recommend: (B, 1, T, T) additive, same document (and not later)."""
+    T = documents.shape[1]
+    keep = documents[:, :, None] == documents[:, None, :]
+    if causal:
+        keep = keep & torch.ones(T, T, dtype=torch.bool).tril()
+    return torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)[:, None]
+
+
+def logits(value) -> torch.Tensor:
+    return value.logits if hasattr(value, "logits") else value
+
+
+def alone_gaps(model, model_fn, ids, documents, positions) -> list[float]:
+    """For each document of row 0, the largest |packed output - the document run alone by itself|."""
+    with torch.no_grad():
+        packed = logits(model_fn(ids, documents, positions))
+        gaps = []
+        row = documents[0]
+        for d in torch.unique(row).tolist():
+            where = torch.nonzero(row == d).flatten()
+            first, end = int(where[0]), int(where[-1]) + 1
+            kwargs = {"use_cache": False} if not isinstance(model, transformers.BertPreTrainedModel) else {}
+            alone = logits(model(input_ids=ids[:, first:end], **kwargs))
+            gaps.append(float((packed[0, first:end] - alone[0]).abs().max()))
+    return gaps
+
+
+def straight_positions_with_mask(model):
+    """GPT-2's trap: a block-diagonal mask, positions counted straight through the row (0..T-1)."""
+
+    def model_fn(ids, documents, positions):
+        T = ids.shape[1]
+        straight = torch.arange(T)[None].expand_as(ids)
+        return model(input_ids=ids, attention_mask=block_diagonal(documents), position_ids=straight,
+                     use_cache=False).logits
+
+    return model_fn
+
+
+def one_token_shorter(ids, documents, document: int):
+    """The batch with ``document`` of row 0 one token shorter (its last token dropped), the row one shorter too."""
+    where = torch.nonzero(documents[0] == document).flatten()
+    drop = int(where[-1])
+    keep = torch.ones(ids.shape[1], dtype=torch.bool)
+    keep[drop] = False
+    return ids[:, keep], documents[:, keep]
