@@ -51,13 +51,27 @@ def model_function(model: Any) -> Any:
 
 
 def alone_function(model: Any, model_fn: Any) -> Any:
-    """How a document runs alone by default: a Hugging Face model's own forward on it, nothing packed
-    (``model(input_ids=ids)``: its own causal mask, window and positions); else an ``alone`` the
-    model_fn carries; else None (``model_fn`` itself, on a one-document row)."""
-    from .adapters import is_hf_model
+    """How a document runs alone by default.
 
-    if is_hf_model(model):
-        return lambda ids, documents, positions: model(input_ids=ids)
+    When one Hugging Face model is behind ``model_fn`` (given bare, adapted, or held by a
+    wrapper's closure): that model's own forward on the document, nothing packed
+    (``model(input_ids=ids)``: transformers' own causal mask, window and positions), so a
+    wrapper that loses what transformers would do alone is caught. Else an ``alone`` the
+    model_fn carries; else None (``model_fn`` itself, on a one-document row).
+    """
+    from .adapters import is_hf_model
+    from .hf_diagnosis import reachable_hf_models
+
+    found = [model] if is_hf_model(model) else reachable_hf_models(model_fn)
+    if len(found) == 1:
+        hf = found[0]
+
+        def alone(ids, documents, positions):
+            out = hf(input_ids=ids)
+            logits = getattr(out, "logits", None)
+            return logits if logits is not None else out.last_hidden_state
+
+        return alone
     return getattr(model_fn, "alone", None)
 
 
@@ -195,9 +209,9 @@ def assert_faithful(
     """Each packed document's outputs equal the same document run alone, within ``atol``.
 
     Alone, by default, is ``model_fn`` on the document by itself: a one-document row,
-    positions 0, 1, ...; a Hugging Face model runs it through its own forward,
-    ``model(input_ids=ids)``, with nothing packed (``alone_fn(ids, documents, positions)``
-    to run it another way: a wrapper's plain model, say). The tolerance defaults to the outputs' dtype (float32:
+    positions 0, 1, ...; when a Hugging Face model is behind ``model_fn`` (bare, adapted,
+    or in a wrapper's closure), its own forward, ``model(input_ids=ids)``, nothing packed
+    (``alone_fn(ids, documents, positions)`` runs it another way). The tolerance defaults to the outputs' dtype (float32:
     1e-5) and is stated in the message, with the row, document, position and largest
     difference. Returns a ``FaithfulResult``; raises ``CertificateError``.
     """

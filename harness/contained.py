@@ -33,9 +33,9 @@ class Crash:
     check: str | None
     reason: str
 
-    def message(self, factory: str) -> str:
+    def message(self) -> str:
         during = f" while running {self.check!r}" if self.check else " before its first check"
-        return f"{factory}: the child process checking it {self.reason}{during}"
+        return f"the child process checking the model {self.reason}{during}"
 
 
 def _died_of(returncode: int) -> str:

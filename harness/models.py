@@ -125,7 +125,7 @@ def run_item(item: ModelCheck, settings: Any, batch: Any) -> None:
         if item.name not in factory.results and item.name not in factory.crashes:
             _run_child(item, settings, batch)
         if item.name in factory.crashes:
-            raise AssertionError(factory.crashes[item.name].message(factory.name))
+            raise AssertionError(factory.crashes[item.name].message())
         check = factory.results[item.name]
         status, message = check["status"], check["message"]
     else:
@@ -151,9 +151,14 @@ def _run_child(item: ModelCheck, settings: Any, batch: Any) -> None:
     wanted = [n for n in selected[selected.index(item.name):] if n not in factory.results]
     results, crash = run_contained(factory.name, wanted, settings.to_json(), batch)
     factory.results.update(results)
-    if crash is not None:
+    if crash is None:
+        return
+    if crash.check is None:
+        # No check began (the factory failed, or the child died making the model): so would every retry.
+        factory.crashes.update({name: crash for name in wanted if name not in results})
+    else:
         # The check it died in carries the crash; the ones after it get a fresh child when they run.
-        factory.crashes[crash.check or item.name] = crash
+        factory.crashes[crash.check] = crash
 
 
 class ModelCheck(pytest.Function):

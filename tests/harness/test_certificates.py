@@ -197,9 +197,24 @@ def test_gpt2_with_a_block_diagonal_mask_and_positions_through_the_row(hf_batch)
     assert report.moved and report.boundaries[0].worst().largest > 0.1
     with pytest.raises(CertificateError, match=r"document \d+ of row \d+ .* differs from the same document "
                                                r"run alone by") as faithful:
-        assert_faithful(model_fn, *hf_batch, alone_fn=lambda ids, d, p: gpt2(input_ids=ids))
+        assert_faithful(model_fn, *hf_batch)  # alone: the GPT-2 the wrapper holds, through its own forward
     assert faithful.value.report.worst().largest > 0.1
     assert assert_gradients_isolated(model_fn, *hf_batch).passed  # the mask holds in the backward too
+
+
+def test_mistral_adapted_with_its_window_is_faithful(hf_batch):
+    from harness import hf_causal_lm
+
+    torch.manual_seed(0)
+    config = transformers.MistralConfig(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                                        sliding_window=16, attn_implementation="eager")
+    mistral = transformers.MistralForCausalLM(config).eval()
+    for model_fn in (hf_causal_lm(mistral, packing="mask"), mistral):  # the window kept; packed position_ids
+        assert assert_isolated(model_fn, *hf_batch).passed
+        result = assert_faithful(model_fn, *hf_batch)
+        assert result.compared == result.documents and result.largest <= 1e-5
+        assert assert_gradients_isolated(model_fn, *hf_batch).passed
 
 
 def test_mistral_with_the_docs_4d_mask_loses_its_window(hf_batch):
@@ -215,7 +230,7 @@ def test_mistral_with_the_docs_4d_mask_loses_its_window(hf_batch):
 
     assert assert_isolated(model_fn, *hf_batch, vocab=128).passed
     with pytest.raises(CertificateError) as caught:
-        assert_faithful(model_fn, *hf_batch, alone_fn=lambda ids, d, p: mistral(input_ids=ids))
+        assert_faithful(model_fn, *hf_batch)  # alone: the Mistral the wrapper holds, through its own forward
     report = caught.value.report
     lengths = {(d.row, d.document): d.length for d in report.differences}
     assert lengths and all(length > 16 for length in lengths.values())  # only documents longer than the window
