@@ -134,3 +134,27 @@ def test_a_factory_that_cannot_be_imported_fails_its_items_saying_so(project):
     result = project.runpytest(*OPTIONS)
     result.assert_outcomes(failed=4)
     result.stdout.fnmatch_lines(["*could not make the model: tensorcad_models: 'models' has no 'nothing'*"])
+
+
+def test_the_marker_names_a_model(project):
+    project.makefile(".ini", pytest="[pytest]\n")
+    project.makepyfile(test_mine="""
+        import pytest
+        from harness import assert_faithful
+
+        pytestmark = pytest.mark.tensorcad(model="models:masked", seq=64, pack=12, sample=4)
+
+        def test_certified(tensorcad_certificate):
+            tensorcad_certificate()
+
+        def test_by_hand(tensorcad_model, tensorcad_batch):
+            ids, documents, positions = tensorcad_batch
+            assert ids.shape == (2, 64) and int(ids.max()) < 32  # drawn over the model's own vocabulary
+            assert_faithful(tensorcad_model, tensorcad_batch)
+    """)
+    result = project.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=5)
+    for check in CHECKS:
+        result.stdout.fnmatch_lines([f"*test_certified[[]{check.replace('[', '[[]')}[]] PASSED*"])
+    result = project.runpytest("-p", "no:cacheprovider", "-m", "isolation", "--collect-only", "-q")
+    assert sum("test_certified[" in line for line in result.stdout.lines) == 3
