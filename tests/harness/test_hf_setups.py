@@ -208,3 +208,22 @@ def test_bert_ignores_packed_position_ids_and_the_harness_says_pass_a_4d_mask(im
     adapted = adapt(model)
     assert max(alone_gaps(model, adapted, ids, documents, positions)) < FAITHFUL
     assert assert_isolated(model, ids, documents, positions)[0].passed
+
+
+def test_every_row_of_the_docs_table_names_a_test_that_exists():
+    import re
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    page = (here.parent.parent / "docs" / "harness.md").read_text()
+    table = page[page.index("## Certify a Hugging Face model"):page.index("## Without pytest")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| setup")]
+    assert len(rows) == 8
+    for row in rows:
+        cell = row.rstrip(" |").rsplit("|", 1)[-1]
+        names = re.findall(r"`(?:(test_\w+)\.py::)?(test_\w+)`", cell)
+        assert names, row
+        module = "test_hf_setups"
+        for file, name in names:
+            module = file or module
+            assert re.search(rf"^def {name}\(", (here / f"{module}.py").read_text(), re.M), (module, name)
