@@ -1,8 +1,11 @@
 """tensorcad's test harness: plain assertions, and the pytest plugin built on them.
 
 ```python
-from harness import assert_isolated, assert_closed_form, assert_block_counts_agree, hf_causal_lm
-assert_isolated(model_fn, ids, documents, positions=None)   # AssertionError naming the leak
+from harness import assert_isolated, assert_faithful, assert_gradients_isolated
+from harness import assert_closed_form, assert_block_counts_agree, hf_causal_lm
+assert_isolated(model_fn, ids, documents, positions=None)   # tokens and boundaries moved: nothing else moves
+assert_faithful(model_fn, ids, documents, positions)        # each document as if run alone
+assert_gradients_isolated(model_fn, ids, documents, positions)  # no gradient crosses documents
 assert_closed_form(design, op, rel=0.02)
 assert_block_counts_agree(design, op, rows=64)
 assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model, packed position_ids
@@ -20,6 +23,9 @@ from typing import Any
 
 _LAZY = {
     "assert_isolated": "harness.assertions",
+    "assert_faithful": "harness.assertions",
+    "assert_gradients_isolated": "harness.assertions",
+    "CertificateError": "harness.assertions",
     "assert_closed_form": "harness.assertions",
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",

@@ -17,6 +17,13 @@ COLLECT = "--tensorcad"
 COLLECT_DEST = "tensorcad_collect"
 INI_DESIGNS = "tensorcad_designs"
 
+# A user's own models, collected: factories "pkg.module:factory", each run in a child process by default.
+INI_MODELS = "tensorcad_models"
+INI_COLLATOR = "tensorcad_collator"
+SUBPROCESS = "--tensorcad-subprocess"
+NO_SUBPROCESS = "--no-tensorcad-subprocess"
+SUBPROCESS_DEST = "tensorcad_subprocess"
+
 # The operating point and model every fixture and collected item uses unless a
 # `tensorcad` marker says otherwise.
 SEQ = "--tensorcad-seq"
@@ -45,9 +52,11 @@ MARKERS = {
         "tensorcad(design=..., seq=512, pack=96, spread=1.0, params=1_000_000, seed=0, "
         "forms=('eager', 'flex')): configure the tensorcad_* fixtures of a test "
         "(design: a preset name or a .json/.yaml path relative to the test file or rootdir; "
-        "pack=None turns packing off)"
+        "pack=None turns packing off; model='pkg.module:factory': a user's model instead of a design; "
+        "collator='pkg.module:factory': the batch that collator packs)"
     ),
     "isolation": "tensorcad category: packed documents never see each other (what gates CI)",
+    "faithful": "tensorcad category: each packed document computed as if it ran alone",
     "closed_form": "tensorcad category: the engine's keys per query against a closed form",
     "block_counts": "tensorcad category: the engine's block counts against create_block_mask",
     "golden": "tensorcad category: analysis, rules and generated code against goldens under snapshots/",
@@ -104,6 +113,15 @@ def add_options(parser) -> None:
                     help=f"perturb at most N documents of the batch, seeded; 'all' for every one (default {DEFAULTS['sample']})")
     parser.addini(INI_DESIGNS, type="paths", default=[],
                   help="directories (or files) of design files to collect as tensorcad checks")
+    group.addoption(SUBPROCESS, action="store_true", dest=SUBPROCESS_DEST, default=True,
+                    help="check each collected model in a child process, so a crash fails its item (default)")
+    group.addoption(NO_SUBPROCESS, action="store_false", dest=SUBPROCESS_DEST,
+                    help="check collected models in this process (faster; a crash ends the session)")
+    parser.addini(INI_MODELS, type="linelist", default=[],
+                  help="model factories 'pkg.module:factory' to collect as isolation, isolation[boundaries], "
+                       "faithful and isolation[gradients] items")
+    parser.addini(INI_COLLATOR, type="string", default="",
+                  help="a collator factory 'pkg.module:factory': collected models are checked on the batch it packs")
 
 
 def settings_from_options(getoption) -> dict:

@@ -32,6 +32,9 @@ def pytest_configure(config: pytest.Config) -> None:
         from .collect import add_design_args
 
         add_design_args(config)
+    from .models import add_model_args
+
+    add_model_args(config)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -41,6 +44,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
+    if file_path == parent.config.inipath:
+        from .models import collect_file as collect_models
+
+        return collect_models(file_path, parent)
     if file_path.suffix not in options.DESIGN_SUFFIXES:
         return None
     from .collect import collect_file
@@ -51,7 +58,10 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # tensorcad_model runs once per form: the marker's forms, else --tensorcad-forms.
     if "tensorcad_form" in metafunc.fixturenames:
-        forms = _settings(metafunc.config, metafunc.definition).forms
+        settings = _settings(metafunc.config, metafunc.definition)
+        if settings.model is not None:
+            return  # a user's model has no forms to switch
+        forms = settings.forms
         metafunc.parametrize("tensorcad_form", forms, ids=list(forms))
 
 
@@ -95,11 +105,23 @@ def tensorcad_operating_point(request: pytest.FixtureRequest, tensorcad_settings
 
 
 @pytest.fixture
-def tensorcad_batch(tensorcad_design, tensorcad_settings):
-    """(ids, documents, positions), torch int64 (rows, seq), drawn by `tensorcad.packing.draw`."""
-    from .fixtures import draw_batch, scaled_design
+def tensorcad_batch(request: pytest.FixtureRequest, tensorcad_settings):
+    """(ids, documents, positions), torch int64 (rows, seq), drawn by `tensorcad.packing.draw`.
 
-    return draw_batch(scaled_design(tensorcad_design, tensorcad_settings.params), tensorcad_settings)
+    For the marker's design, or its ``model=`` (then ids over the model's vocabulary, or
+    packed by its ``collator=``). A project may define its own ``tensorcad_batch``: the
+    collected model items check that batch. For a collected model item it is None (drawn
+    where the model runs, in its child process).
+    """
+    from .fixtures import draw_batch, scaled_design
+    from .models import ModelCheck, marker_subject
+
+    if isinstance(request.node, ModelCheck):
+        return None
+    if tensorcad_settings.model is not None:
+        return marker_subject(tensorcad_settings).batch
+    design = request.getfixturevalue("tensorcad_design")
+    return draw_batch(scaled_design(design, tensorcad_settings.params), tensorcad_settings)
 
 
 @pytest.fixture
@@ -109,15 +131,20 @@ def tensorcad_form(tensorcad_settings) -> str:
 
 
 @pytest.fixture
-def tensorcad_model(tensorcad_design, tensorcad_settings, tensorcad_form):
+def tensorcad_model(request: pytest.FixtureRequest, tensorcad_settings, tensorcad_form):
     """The generated model, scaled, built, seeded, in eval mode and in this test's form.
 
     Called as ``model(ids, documents, positions)``; built once a session for each
     design, scale and seed, and shared (the form is a switch on the same weights).
+    With the marker's ``model="pkg.module:factory"``: what that factory makes, adapted.
     """
     from .fixtures import build_model
+    from .models import marker_subject
 
-    return build_model(tensorcad_design, tensorcad_settings, tensorcad_form)
+    if tensorcad_settings.model is not None:
+        return marker_subject(tensorcad_settings).model_fn
+    design = request.getfixturevalue("tensorcad_design")
+    return build_model(design, tensorcad_settings, tensorcad_form)
 
 
 @pytest.fixture

@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterable
 
 from tensorcad.errors import TensorcadError
 
+from .certificates import MODEL_CHECKS, boundaries_check, faithful_check, gradients_check, tokens_check  # noqa: F401
 from .mask_checks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
 from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
 from .subject import Subject
@@ -140,6 +141,15 @@ REGISTRY: dict[str, Spec] = {spec.name: spec for spec in (
     Spec("golden[codegen]", "the generated source equals its golden", lambda s: _golden(s, "codegen"), "golden"),
     Spec("export", "torch.export of both forms runs to the model's own logits (the eager form must export)",
          _export),
+    # The certificates of any packed model (a user's own, collected from tensorcad_models, or a design's).
+    Spec("isolation", "changing one packed document's tokens moves no other document's outputs, bitwise",
+         tokens_check, "isolation"),
+    Spec("isolation[boundaries]", "a document made one token shorter or longer moves nothing of the next "
+                                  "document, at its own positions, beyond rounding", boundaries_check, "isolation"),
+    Spec("faithful", "each packed document's outputs equal the same document run alone, beyond rounding",
+         faithful_check),
+    Spec("isolation[gradients]", "in train mode the loss on one document has exactly zero gradient on every "
+                                 "other document's input embeddings", gradients_check, "isolation"),
 )}
 
 CERTIFY = ("rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",

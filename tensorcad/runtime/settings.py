@@ -29,7 +29,7 @@ DEFAULTS: dict[str, Any] = {
 FORM_NAMES = ("eager", "flex")
 
 # The settings a `tensorcad` pytest marker may set.
-MARKER_KEYS = ("design", "seq", "pack", "spread", "params", "seed", "forms", "rows", "sample")
+MARKER_KEYS = ("design", "seq", "pack", "spread", "params", "seed", "forms", "rows", "sample", "model", "collator")
 
 
 @dataclass(frozen=True)
@@ -46,6 +46,8 @@ class Settings:
     rows: int = DEFAULTS["rows"]
     block_rows: int = DEFAULTS["block_rows"]
     sample: int | None = DEFAULTS["sample"]
+    model: str | None = None  # a user's model factory, "pkg.module:factory" (the marker's or tensorcad_models')
+    collator: str | None = None  # a collator factory, "pkg.module:factory": the batch it packs is the one checked
 
     def __post_init__(self) -> None:
         def integer(name: str, low: int) -> None:
@@ -74,6 +76,10 @@ class Settings:
         if not forms:
             raise TensorcadError("tensorcad.forms", "at least one form")
         object.__setattr__(self, "forms", forms)
+        for name in ("model", "collator"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, str) or value.count(":") != 1):
+                raise TensorcadError(f"tensorcad.{name}", f"expected 'pkg.module:factory', got {value!r}")
 
     def with_marker(self, kwargs: Mapping[str, Any]) -> Settings:
         unknown = sorted(set(kwargs) - set(MARKER_KEYS))

@@ -1,0 +1,263 @@
+"""The three certificates of a packed model, as plain assertions: isolated, faithful, gradients isolated.
+
+Usable from any test runner. Each returns a result object when it holds and
+raises ``CertificateError`` (an ``AssertionError``) when it does not: a message
+that says what moved, where and by how much, with the result attached as
+``err.report`` (``err.report.leaks``, ``err.report.differences``). Under pytest
+the helpers hide their own frames (``__tracebackhide__``), so a failure shows
+the test's line and the message, not the harness's source.
+
+The work is the runtime's (``tensorcad.runtime.isolation``, ``.boundaries``,
+``.faithful``, ``.gradients``); this module takes the batch in the forms a test
+has it, adapts a Hugging Face model (``harness.adapters``), and words the failure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class CertificateError(AssertionError):
+    """A certificate that does not hold; ``report`` is its result (what the function returns on a pass)."""
+
+    def __init__(self, message: str, report: Any):
+        super().__init__(message)
+        self.report = report
+
+
+def unpack_batch(ids: Any, documents: Any, positions: Any, who: str) -> tuple[Any, Any, Any]:
+    """(ids, documents, positions) from the arguments or from a whole batch passed as ``ids``."""
+    if documents is None and isinstance(ids, (tuple, list)):
+        if not 2 <= len(ids) <= 3:
+            raise TypeError("a batch is (ids, documents) or (ids, documents, positions)")
+        ids, documents, *rest = ids
+        positions = rest[0] if rest else positions
+    if documents is None:
+        raise TypeError(f"{who} needs the documents of each position (B, T)")
+    return ids, documents, positions
+
+
+def model_function(model: Any) -> Any:
+    """What the checks call as ``model_fn(ids, documents, positions)``: a Hugging Face model adapted.
+
+    ``harness.adapters.adapt`` recognises a Hugging Face model and wraps it (or refuses,
+    saying what to wrap); anything else is called as it is.
+    """
+    from .adapters import adapt
+
+    return adapt(model)
+
+
+def alone_function(model: Any, model_fn: Any) -> Any:
+    """How a document runs alone by default.
+
+    When one Hugging Face model is behind ``model_fn`` (given bare, adapted, or held by a
+    wrapper's closure): that model's own forward on the document, nothing packed
+    (``model(input_ids=ids)``: transformers' own causal mask, window and positions), so a
+    wrapper that loses what transformers would do alone is caught. Else an ``alone`` the
+    model_fn carries; else None (``model_fn`` itself, on a one-document row).
+    """
+    from .adapters import is_hf_model
+    from .hf_diagnosis import reachable_hf_models
+
+    found = [model] if is_hf_model(model) else reachable_hf_models(model_fn)
+    if len(found) == 1:
+        hf = found[0]
+
+        def alone(ids, documents, positions):
+            out = hf(input_ids=ids)
+            logits = getattr(out, "logits", None)
+            return logits if logits is not None else out.last_hidden_state
+
+        return alone
+    return getattr(model_fn, "alone", None)
+
+
+def vocab_of(model_fn: Any, ids: Any) -> int:
+    """The token range a perturbation may draw from: the model's own, else what the batch shows."""
+    for holder in (model_fn, getattr(model_fn, "model", None), getattr(model_fn, "module", None)):
+        config = getattr(holder, "config", None)
+        for name in ("vocab", "vocab_size"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 1:
+                return value
+    return max(2, int(ids.max()) + 1)
+
+
+@dataclass(frozen=True)
+class IsolationReport(Sequence):
+    """``assert_isolated``'s result: the token perturbations of each form, then the boundary moves.
+
+    A sequence of the ``IsolationResult`` of each form checked (as the function always
+    returned); ``boundaries`` holds each form's ``BoundaryResult`` (empty when not run).
+    """
+
+    tokens: tuple[Any, ...]
+    boundaries: tuple[Any, ...] = ()
+    forms: tuple[str | None, ...] = (None,)
+    failures: tuple[str, ...] = field(default=())
+
+    def __getitem__(self, index):
+        return self.tokens[index]
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def leaks(self) -> tuple[Any, ...]:
+        """Every leak found by changing a document's tokens, over every form."""
+        return tuple(leak for result in self.tokens for leak in result.leaks)
+
+    @property
+    def moved(self) -> tuple[Any, ...]:
+        """Every boundary move that changed the next document, over every form."""
+        return tuple(move for result in self.boundaries for move in result.moved)
+
+    def message(self) -> str:
+        if self.failures:
+            return "documents are not isolated\n" + "\n".join(self.failures)
+        lines = [r.message() for r in self.tokens] + [r.message() for r in self.boundaries]
+        return "\n".join(lines)
+
+
+def assert_isolated(
+    model_fn: Callable[..., Any],
+    ids: Any,
+    documents: Any = None,
+    positions: Any = None,
+    *,
+    forms: Iterable[str] | None = None,
+    vocab: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    boundaries: bool = True,
+    atol: float | None = None,
+) -> IsolationReport:
+    """Packed documents never see each other: changing one, or moving its end, moves no other's outputs.
+
+    ``model_fn(ids, documents, positions) -> (B, T, ...)``: a generated model, a
+    hand-written one, or a Hugging Face model (adapted by ``harness.adapters``).
+    ``ids`` may be the whole batch ``(ids, documents[, positions])``. Every document
+    of every row is changed in turn (at most ``sample``, seeded): every output
+    outside it must stay bitwise equal. With ``boundaries``, each document is then
+    made one token shorter and longer: the next document's outputs, at its own
+    positions, must stay within ``atol`` (the dtype's rounding: float32 1e-5).
+    With ``forms``, a model with a ``form`` attribute is checked in each form and
+    left as it was. Returns an ``IsolationReport``; raises ``CertificateError``.
+    """
+    __tracebackhide__ = True
+    ids, documents, positions = unpack_batch(ids, documents, positions, "assert_isolated")
+    from tensorcad.runtime.boundaries import check_boundaries
+    from tensorcad.runtime.isolation import check_isolation  # torch, on first use
+
+    model_fn = model_function(model_fn)
+    vocab = vocab if vocab is not None else vocab_of(model_fn, ids)
+    wanted = tuple(forms) if forms is not None else (None,)
+    if forms is not None and not hasattr(model_fn, "form"):
+        raise TypeError(
+            f"forms={list(wanted)!r} asks for a model with a 'form' attribute (a generated model); "
+            f"{type(model_fn).__name__} has none"
+        )
+    original = getattr(model_fn, "form", None)
+    tokens, moves, failures = [], [], []
+    try:
+        for form in wanted:
+            if form is not None:
+                model_fn.form = form
+            label = f"form {form!r}: " if form is not None else ""
+            result = check_isolation(model_fn, ids, documents, positions, vocab=vocab, sample=sample, seed=seed)
+            tokens.append(result)
+            if not result.passed:
+                failures.append(label + result.message())
+            if boundaries:
+                moved = check_boundaries(model_fn, ids, documents, positions, vocab=vocab, atol=atol,
+                                         sample=sample, seed=seed)
+                moves.append(moved)
+                if not moved.passed and moved.moves > 0:
+                    failures.append(label + moved.message())
+    finally:
+        if forms is not None:
+            model_fn.form = original
+    if failures:
+        from .hf_diagnosis import diagnose_failure
+
+        # A leak from a Hugging Face model: the setting that caused it (use_cache, an all-ones mask).
+        failures += diagnose_failure(model_fn, ids, documents, positions)
+    report = IsolationReport(tuple(tokens), tuple(moves), wanted, tuple(failures))
+    if failures:
+        raise CertificateError(report.message(), report)
+    return report
+
+
+def assert_faithful(
+    model_fn: Callable[..., Any],
+    ids: Any,
+    documents: Any = None,
+    positions: Any = None,
+    *,
+    alone_fn: Callable[..., Any] | None = None,
+    atol: float | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+) -> Any:
+    """Each packed document's outputs equal the same document run alone, within ``atol``.
+
+    Alone, by default, is ``model_fn`` on the document by itself: a one-document row,
+    positions 0, 1, ...; when a Hugging Face model is behind ``model_fn`` (bare, adapted,
+    or in a wrapper's closure), its own forward, ``model(input_ids=ids)``, nothing packed
+    (``alone_fn(ids, documents, positions)`` runs it another way). The tolerance defaults to the outputs' dtype (float32:
+    1e-5) and is stated in the message, with the row, document, position and largest
+    difference. Returns a ``FaithfulResult``; raises ``CertificateError``.
+    """
+    __tracebackhide__ = True
+    ids, documents, positions = unpack_batch(ids, documents, positions, "assert_faithful")
+    from tensorcad.runtime.faithful import check_faithful
+
+    model = model_fn
+    model_fn = model_function(model)
+    alone_fn = model_function(alone_fn) if alone_fn is not None else alone_function(model, model_fn)
+    result = check_faithful(model_fn, ids, documents, positions, alone_fn=alone_fn, atol=atol,
+                            sample=sample, seed=seed)
+    if not result.passed:
+        raise CertificateError("documents are not computed as if alone\n" + result.message(), result)
+    return result
+
+
+def assert_gradients_isolated(
+    model_fn: Callable[..., Any],
+    ids: Any,
+    documents: Any = None,
+    positions: Any = None,
+    *,
+    embedding: Any = None,
+    sample: int | None = None,
+    seed: int = 0,
+) -> Any:
+    """In train mode, the loss on one document has exactly zero gradient on every other's embeddings.
+
+    The embeddings are the output of the module that reads ``ids`` (found by a forward
+    hook on the model's ``nn.Embedding`` modules; ``embedding=`` names it). The model
+    is put in train mode for the check and left as it was; a generated model on CPU is
+    checked in its eager form (FlexAttention has no backward there), which the result
+    says. Returns a ``GradientResult``; raises ``CertificateError``.
+    """
+    __tracebackhide__ = True
+    ids, documents, positions = unpack_batch(ids, documents, positions, "assert_gradients_isolated")
+    from tensorcad.runtime.gradients import check_gradient_isolation
+
+    model_fn = model_function(model_fn)
+    result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
+                                      sample=sample, seed=seed)
+    if not result.passed:
+        raise CertificateError("gradients cross documents\n" + result.message(), result)
+    return result
+
+
+__all__ = ["CertificateError", "IsolationReport", "assert_faithful", "assert_gradients_isolated",
+           "assert_isolated", "model_function", "unpack_batch", "vocab_of"]

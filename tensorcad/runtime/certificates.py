@@ -1,0 +1,71 @@
+"""The certificates a packed model is held to, as registry checks: on a design's model or a user's own.
+
+Each reads a subject's ``model()``, ``batch``, ``vocab``, ``settings`` and
+``alone`` (a design's `Subject`, a user's `ModelSubject`) and returns a
+`Check` with the result's figures. `certification.REGISTRY` holds them under
+these names, with the marker ``isolation`` on the three isolation checks, so
+``-m isolation`` selects every isolation item.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .outcome import Check, Skipped, failed, passed
+
+# What a user's model becomes under pytest: these items, in this order.
+MODEL_CHECKS = ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]")
+
+
+def _packed(s: Any) -> tuple[Any, Any, Any]:
+    design = getattr(s, "design", None)
+    if design is not None and design.input("documents") is None:
+        raise Skipped(f"{design.name} has no documents input: no packed documents to check")
+    if s.settings.pack is None and getattr(s, "given_batch", None) is None:
+        raise Skipped("packing is off (pack=None): one document a row, nothing to check across documents")
+    return s.batch
+
+
+def _model(s: Any) -> Any:
+    return s.model("flex") if getattr(s, "design", None) is not None else s.model()
+
+
+def _verdict(name: str, result: Any, headline: str) -> Check:
+    if not result.passed:
+        return failed(name, f"{headline}\n{result.message()}", result.to_json())
+    return passed(name, result.message(), result.to_json())
+
+
+def tokens_check(s: Any) -> Check:
+    from .isolation import check_isolation
+
+    batch = _packed(s)
+    result = check_isolation(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample, seed=s.settings.seed)
+    return _verdict("isolation", result, "documents are not isolated")
+
+
+def boundaries_check(s: Any) -> Check:
+    from .boundaries import check_boundaries
+
+    batch = _packed(s)
+    result = check_boundaries(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample, seed=s.settings.seed)
+    if result.moves == 0:
+        raise Skipped(result.message())
+    return _verdict("isolation[boundaries]", result, "documents are not isolated")
+
+
+def faithful_check(s: Any) -> Check:
+    from .faithful import check_faithful
+
+    batch = _packed(s)
+    result = check_faithful(_model(s), *batch, alone_fn=getattr(s, "alone", None), sample=s.settings.sample,
+                            seed=s.settings.seed)
+    return _verdict("faithful", result, "documents are not computed as if alone")
+
+
+def gradients_check(s: Any) -> Check:
+    from .gradients import check_gradient_isolation
+
+    batch = _packed(s)
+    result = check_gradient_isolation(_model(s), *batch, sample=s.settings.sample, seed=s.settings.seed)
+    return _verdict("isolation[gradients]", result, "gradients cross documents")

@@ -1,0 +1,136 @@
+"""ini tensorcad_models: a user's own factories collected as certificate items, each checked in a child.
+
+One project with three factories: a tiny random Hugging Face LlamaForCausalLM
+(returned bare: the harness adapts it), a hand-written document-masked module, and
+a module whose forward kills its own process with SIGSEGV. The first two pass all
+four items, the third fails each item naming the signal and the check, and the
+session goes on to report every item.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers")
+
+MODELS = """
+    import os
+    import signal
+
+    import torch
+    import torch.nn as nn
+    import transformers
+
+
+    class Masked(nn.Module):
+        vocab = 32
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.embed = nn.Embedding(32, 16)
+            self.qkv = nn.Linear(16, 48)
+            self.out = nn.Linear(16, 32)
+
+        def forward(self, ids, documents, positions=None):
+            x = self.embed(ids)
+            q, k, v = self.qkv(x).split(16, dim=-1)
+            T = ids.shape[1]
+            keep = torch.ones(T, T, dtype=torch.bool).tril()[None] & (documents[:, :, None] == documents[:, None, :])
+            return self.out((q @ k.transpose(-1, -2)).masked_fill(~keep, float("-inf")).softmax(-1) @ v)
+
+
+    class Segfaults(Masked):
+        def forward(self, ids, documents, positions=None):
+            os.kill(os.getpid(), signal.SIGSEGV)
+
+
+    def llama():
+        torch.manual_seed(0)
+        config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                          num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
+        return transformers.LlamaForCausalLM(config).eval()
+
+
+    def masked():
+        return Masked()
+
+
+    def segfaults():
+        return Segfaults()
+"""
+
+INI = """
+    [pytest]
+    tensorcad_models =
+        models:llama
+        models:masked
+        models:segfaults
+"""
+
+FACTORIES = ("models:llama", "models:masked", "models:segfaults")
+CHECKS = ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]")
+
+
+@pytest.fixture
+def project(pytester):
+    pytester.makepyfile(models=MODELS)
+    pytester.makefile(".ini", pytest=INI)
+    pytester.syspathinsert()
+    return pytester
+
+
+OPTIONS = ("-p", "no:cacheprovider", "--tensorcad-seq", "64", "--tensorcad-pack", "12", "--tensorcad-sample", "4")
+
+
+def test_two_factories_pass_and_a_segfault_fails_only_its_items(project):
+    result = project.runpytest(*OPTIONS, "-v")
+    result.assert_outcomes(passed=8, failed=4)  # the session reported every item: it was not killed
+    out = result.stdout.str()
+    for factory in FACTORIES[:2]:
+        for check in CHECKS:
+            assert f"pytest.ini::{factory}::{check} PASSED" in out
+    for check in CHECKS:
+        assert f"pytest.ini::models:segfaults::{check} FAILED" in out
+        assert f"died of SIGSEGV (signal 11) while running '{check}'" in out
+
+
+def test_minus_m_isolation_selects_every_isolation_item(project):
+    result = project.runpytest(*OPTIONS, "-m", "isolation", "--collect-only", "-q")
+    selected = {line.strip() for line in result.stdout.lines if line.startswith("pytest.ini::")}
+    assert selected == {f"pytest.ini::{f}::{c}" for f in FACTORIES for c in CHECKS if c != "faithful"}
+    result = project.runpytest(*OPTIONS, "-m", "faithful", "--collect-only", "-q")
+    assert {line.strip() for line in result.stdout.lines if line.startswith("pytest.ini::")} == {
+        f"pytest.ini::{f}::faithful" for f in FACTORIES}
+
+
+def test_in_process_when_asked(project):
+    project.makefile(".ini", pytest=INI.replace("        models:segfaults\n", ""))
+    result = project.runpytest(*OPTIONS, "--no-tensorcad-subprocess", "-k", "masked")
+    result.assert_outcomes(passed=4)
+
+
+def test_the_projects_own_batch(project):
+    # A project's tensorcad_batch fixture overrides the drawn one: here a batch with a
+    # single document a row, so there is no boundary to move and the item skips, saying why.
+    project.makeconftest("""
+        import pytest
+        import torch
+
+        @pytest.fixture
+        def tensorcad_batch():
+            ids = torch.randint(0, 32, (2, 16), generator=torch.Generator().manual_seed(0))
+            documents = torch.zeros(2, 16, dtype=torch.long)
+            return ids, documents, torch.arange(16).repeat(2, 1)
+    """)
+    project.makefile(".ini", pytest=INI.replace("        models:llama\n", "").replace("        models:segfaults\n", ""))
+    result = project.runpytest(*OPTIONS, "-rs")
+    result.assert_outcomes(passed=3, skipped=1)
+    result.stdout.fnmatch_lines(["*no boundary could be moved (every row holds one document)*"])
+
+
+def test_a_factory_that_cannot_be_imported_fails_its_items_saying_so(project):
+    project.makefile(".ini", pytest="[pytest]\ntensorcad_models = models:nothing\n")
+    result = project.runpytest(*OPTIONS)
+    result.assert_outcomes(failed=4)
+    result.stdout.fnmatch_lines(["*could not make the model: tensorcad_models: 'models' has no 'nothing'*"])
