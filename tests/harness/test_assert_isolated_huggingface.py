@@ -35,10 +35,19 @@ def block_diagonal(documents: torch.Tensor) -> torch.Tensor:
 
 
 def test_collator_positions_are_the_engines(batch):
-    # DataCollatorWithFlattening restarts position ids at every document; so does packing.draw.
-    from tensorcad.packing import positions_of
+    # Each row's documents handed to DataCollatorWithFlattening as a feature list, one example each:
+    # its position_ids and seq_idx are the batch's positions and documents.
+    from tensorcad.packing import documents_of_seq_idx, row_lengths
 
-    assert torch.equal(batch[2], torch.from_numpy(positions_of(batch[1].numpy())))
+    ids, documents, positions = batch
+    collator = transformers.DataCollatorWithFlattening(return_seq_idx=True)
+    for row, lengths in enumerate(row_lengths(documents.numpy())):
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]
+        features = [{"input_ids": ids[row, s:s + n].tolist()} for s, n in zip(starts, lengths)]
+        collated = collator(features)
+        assert torch.equal(collated["input_ids"][0], ids[row])
+        assert torch.equal(collated["position_ids"][0], positions[row])
+        assert torch.equal(documents_of_seq_idx(collated["seq_idx"])[0], documents[row] - documents[row, 0])
 
 
 def test_llama_with_the_document_mask_is_isolated(llama, batch):

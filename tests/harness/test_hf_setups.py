@@ -1,0 +1,229 @@
+"""The Hugging Face setups matrix: what the harness says about each way people pack, and why it is right.
+
+Tiny random models (CPU, float32; hidden 32-64, 2 layers, vocab 128), one row of
+160 tokens packed by ``DataCollatorWithFlattening`` itself from a feature list
+(``hf_setups.collated``). Every expected verdict is established in the test by
+running each document alone (``hf_setups.alone_gaps``), never assumed:
+
+- equal to alone within 1e-5 everywhere: nothing crosses, so isolation must pass;
+- the row's first document equal to alone but later ones not: the later ones
+  read what came before them, so isolation must fail (causal models);
+- differences only in documents longer than the window: the window is lost,
+  which isolation cannot see (it passes) and a faithfulness check must.
+
+The "faithful" comparisons below are written inline (each document's packed
+outputs against the same document alone); ``assert_faithful`` and the
+boundary-moves check are #14b's, and these setups are what they point at.
+docs/harness.md's table names each test here.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import adapt, assert_isolated, hf_causal_lm
+
+transformers = pytest.importorskip("transformers")
+
+from hf_setups import (  # noqa: E402 - after the importorskip
+    IMPLEMENTATIONS,
+    WINDOW,
+    alone_gaps,
+    block_diagonal,
+    collated,
+    one_token_shorter,
+    straight_positions_with_mask,
+    tiny_model,
+)
+
+DECODERS = ("llama", "mistral", "qwen2", "gpt2")
+# The leaks are transformers' mask logic, the same under both implementations: sdpa in the default
+# run, eager under -m slow (the matrix stays within its share of the default run's time).
+LEAK_SETUPS = [(f, "sdpa") for f in DECODERS] + [pytest.param(f, "eager", marks=pytest.mark.slow) for f in DECODERS]
+FAITHFUL = 1e-5  # float32: a document packed equals itself alone to rounding
+APART = 1e-3  # a difference this large is a different computation, not rounding
+
+
+@pytest.fixture(scope="module")
+def batch():
+    ids, documents, positions, collator_batch = collated()
+    # The collator really packed: one row, position ids restarting at each of its 8 documents.
+    assert ids.shape == (1, 160) and int((positions == 0).sum()) == 8
+    return ids, documents, positions, collator_batch
+
+
+_models: dict = {}
+
+
+def model_of(family: str, implementation: str):
+    if (family, implementation) not in _models:
+        _models[family, implementation] = tiny_model(family, implementation)
+    return _models[family, implementation]
+
+
+def collator_fn(model):
+    """``model(**collator_batch)`` with the cache off: input_ids and position_ids, nothing else."""
+    def model_fn(ids, documents, positions):
+        return model(input_ids=ids, position_ids=positions, use_cache=False).logits
+    return model_fn
+
+
+# --- the collator's packing with use_cache=False: isolated and faithful -------------------------
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("family", DECODERS)
+def test_collator_packing_without_cache_is_isolated_and_faithful(family, implementation, batch):
+    ids, documents, positions, _ = batch
+    model = model_of(family, implementation)
+    model_fn = collator_fn(model)
+    gaps = alone_gaps(model, model_fn, ids, documents, positions)
+    assert max(gaps) < FAITHFUL, gaps  # each document packed equals itself alone
+    (result,) = assert_isolated(model_fn, ids, documents, positions, vocab=128)
+    assert result.passed and result.perturbed == result.documents == 8
+    # A bare model is adapted (hf_causal_lm, packed position_ids), never called positionally: the same verdict.
+    assert max(alone_gaps(model, adapt(model), ids, documents, positions)) < FAITHFUL
+    assert assert_isolated(model, ids, documents)[0].passed
+
+
+def test_mistrals_window_is_in_effect_in_the_matrix(batch):
+    # Without this, "faithful" on Mistral could not tell a kept window from a lost one.
+    ids, documents, positions, _ = batch
+    windowed = model_of("mistral", "sdpa")
+    assert windowed.config.sliding_window == WINDOW < 40
+    unwindowed = tiny_model("mistral", "sdpa")
+    unwindowed.config.sliding_window = None
+    longest = slice(9, 49)  # document 1, 40 tokens
+    with torch.no_grad():
+        a = windowed(input_ids=ids[:, longest], use_cache=False).logits
+        b = unwindowed(input_ids=ids[:, longest], use_cache=False).logits
+    assert (a - b).abs().max() > APART
+
+
+# --- the cache at its default, an all-ones 2D mask: leaks, and the setting named -------------------
+
+
+def _assert_leaks_established(gaps):
+    # The first document has nothing before it and equals itself alone; every later one reads its neighbours.
+    assert gaps[0] < FAITHFUL and min(gaps[1:]) > APART, gaps
+
+
+@pytest.mark.parametrize("family,implementation", LEAK_SETUPS)
+def test_the_cache_at_its_default_leaks_and_the_message_says_use_cache_false(family, implementation, batch):
+    ids, documents, positions, _ = batch
+    model = model_of(family, implementation)
+    assert model.config.use_cache  # the config's default, which model(**collator_batch) keeps
+
+    def model_fn(ids, documents, positions):
+        return model(input_ids=ids, position_ids=positions).logits
+
+    _assert_leaks_established(alone_gaps(model, model_fn, ids, documents, positions))
+    with pytest.raises(AssertionError, match=r"moved document \d+[^\n]*\n.*pass use_cache=False") as caught:
+        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+    assert type(model).__name__ in str(caught.value)
+
+
+@pytest.mark.parametrize("family,implementation", LEAK_SETUPS)
+def test_an_all_ones_attention_mask_leaks_and_the_message_says_drop_it(family, implementation, batch):
+    ids, documents, positions, _ = batch
+    model = model_of(family, implementation)
+
+    def model_fn(ids, documents, positions):
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=positions,
+                     use_cache=False).logits
+
+    _assert_leaks_established(alone_gaps(model, model_fn, ids, documents, positions))
+    with pytest.raises(AssertionError, match=r"drop the all-ones attention_mask"):
+        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+
+
+# --- the docs' 4D-mask wrapper on Mistral: isolated, but the window is lost -------------------------
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_the_4d_mask_wrapper_on_mistral_is_isolated_but_loses_the_window(implementation, batch):
+    ids, documents, positions, _ = batch
+    model = model_of("mistral", implementation)
+
+    def model_fn(ids, documents, positions):
+        return model(input_ids=ids, attention_mask=block_diagonal(documents), position_ids=positions,
+                     use_cache=False).logits
+
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128)[0].passed
+    lengths = torch.bincount(documents[0]).tolist()
+    gaps = alone_gaps(model, model_fn, ids, documents, positions)
+    # transformers returns a 4D mask as it is: documents within the window equal themselves alone,
+    # every document longer than the window does not (assert_faithful, #14b, names the largest).
+    for length, gap in zip(lengths, gaps):
+        assert (gap > APART) if length > WINDOW else (gap < FAITHFUL), (length, gap)
+    # The harness's mask adapter puts the window into the mask, and is faithful.
+    assert max(alone_gaps(model, hf_causal_lm(model, packing="mask"), ids, documents, positions)) < FAITHFUL
+
+
+# --- GPT-2, a block-diagonal mask and positions counted straight through -----------------------------
+
+
+def test_gpt2_with_straight_positions_is_isolated_but_a_shorter_neighbour_moves_it(batch):
+    ids, documents, positions, _ = batch
+    model = model_of("gpt2", "sdpa")
+    model_fn = straight_positions_with_mask(model)
+    # Token perturbation sees nothing: the mask keeps documents apart.
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128)[0].passed
+    # Each document alone: only the first, which starts at position 0 anyway, equals itself.
+    _assert_leaks_established(alone_gaps(model, model_fn, ids, documents, positions))
+    # Boundary moved (#14b's isolation[boundaries] builds this check): document 2 one token shorter,
+    # document 3 compared at the same relative positions.
+    shorter_ids, shorter_documents = one_token_shorter(ids, documents, 2)
+    with torch.no_grad():
+        before = model_fn(ids, documents, None)[0, documents[0] == 3]
+        after = model_fn(shorter_ids, shorter_documents, None)[0, shorter_documents[0] == 3]
+        assert (before - after).abs().max() > APART
+        # With the collator's restarting positions the same move leaves document 3 exactly where it was.
+        restarting = hf_causal_lm(model, packing="mask")
+        before = restarting(ids, documents, None)[0, documents[0] == 3]
+        after = restarting(shorter_ids, shorter_documents, None)[0, shorter_documents[0] == 3]
+        assert (before - after).abs().max() < FAITHFUL
+
+
+# --- BERT: an encoder ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_bert_ignores_packed_position_ids_and_the_harness_says_pass_a_4d_mask(implementation, batch):
+    # transformers' BERT builds its mask with create_bidirectional_mask, which never calls
+    # find_packed_sequence_indices: packed position_ids reset the position embeddings but every
+    # token still attends to the whole row.
+    ids, documents, positions, _ = batch
+    model = model_of("bert", implementation)
+
+    def model_fn(ids, documents, positions):
+        return model(input_ids=ids, position_ids=positions).logits
+
+    gaps = alone_gaps(model, model_fn, ids, documents, positions)
+    assert min(gaps) > 10 * FAITHFUL, gaps  # bidirectional: every document, the first too, reads the others
+    with pytest.raises(AssertionError, match=r"BertForMaskedLM is an encoder.*packing='mask'"):
+        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+    # adapt() gives an encoder the 4D document mask with no tril: isolated and faithful.
+    adapted = adapt(model)
+    assert max(alone_gaps(model, adapted, ids, documents, positions)) < FAITHFUL
+    assert assert_isolated(model, ids, documents, positions)[0].passed
+
+
+def test_every_row_of_the_docs_table_names_a_test_that_exists():
+    import re
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    page = (here.parent.parent / "docs" / "harness.md").read_text()
+    table = page[page.index("## Certify a Hugging Face model"):page.index("## Without pytest")]
+    rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| setup")]
+    assert len(rows) == 8
+    for row in rows:
+        cell = row.rstrip(" |").rsplit("|", 1)[-1]
+        names = re.findall(r"`(?:(test_\w+)\.py::)?(test_\w+)`", cell)
+        assert names, row
+        module = "test_hf_setups"
+        for file, name in names:
+            module = file or module
+            assert re.search(rf"^def {name}\(", (here / f"{module}.py").read_text(), re.M), (module, name)
