@@ -169,7 +169,10 @@ def test_gpt2_with_straight_positions_is_isolated_but_a_shorter_neighbour_moves_
     model = model_of("gpt2", "sdpa")
     model_fn = straight_positions_with_mask(model)
     # Token perturbation sees nothing: the mask keeps documents apart.
-    assert assert_isolated(model_fn, ids, documents, positions, vocab=128)[0].passed
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)[0].passed
+    # assert_isolated's boundary moves (on by default) see the neighbour move, and say so.
+    with pytest.raises(AssertionError, match=r"one token (shorter|longer) \(document \d+ then starts at"):
+        assert_isolated(model_fn, ids, documents, positions, vocab=128)
     # Each document alone: only the first, which starts at position 0 anyway, equals itself.
     _assert_leaks_established(alone_gaps(model, model_fn, ids, documents, positions))
     # Boundary moved (#14b's isolation[boundaries] builds this check): document 2 one token shorter,
