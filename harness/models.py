@@ -26,19 +26,7 @@ import pytest
 from tensorcad.errors import TensorcadError
 
 from . import options
-
-
-def model_subject(factory: str, settings: Any, batch: Any = None) -> Any:
-    """The `ModelSubject` of the model ``factory`` makes, at ``settings`` (its collator, if one is named)."""
-    from tensorcad.runtime.model_subject import ModelSubject, import_factory
-
-    from .certificates import alone_function, model_function
-
-    made = import_factory(factory, "tensorcad_models")()
-    model_fn = model_function(made)
-    collator = import_factory(settings.collator, "tensorcad_collator")() if settings.collator else None
-    return ModelSubject(model_fn, settings, given_batch=batch, collator=collator,
-                        alone=alone_function(made, model_fn), name=factory)
+from .certificates import model_subject
 
 
 _MARKED: dict[str, Any] = {}
