@@ -16,6 +16,7 @@ each received, and names what to change.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -33,10 +34,10 @@ def reachable_hf_models(model_fn: Any) -> list[Any]:
         except ValueError:  # an empty cell
             pass
     candidates.extend(getattr(function, "__defaults__", None) or ())
-    code = getattr(function, "__code__", None)
-    if code is not None:
-        globals_ = getattr(function, "__globals__", {})
-        candidates.extend(globals_.get(name) for name in code.co_names)
+    try:  # the globals its code names (a wrapper beside the model it calls), read without module internals
+        candidates.extend(inspect.getclosurevars(function).globals.values())
+    except TypeError:  # not a Python function
+        pass
     for candidate in candidates:
         if is_hf_model(candidate) and not any(candidate is s for s in seen):
             seen.append(candidate)
