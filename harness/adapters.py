@@ -28,10 +28,10 @@ from typing import Any
 from tensorcad.errors import TensorcadError
 
 PACKINGS = ("position_ids", "mask", "flash_kwargs")
-# Attention implementations that read cu_seq_lens/max_length keyword arguments; every
-# other one ignores them without a word, and would attend across documents.
-FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3", "kernels-community/flash-attn",
-                         "kernels-community/vllm-flash-attn3")
+# transformers' own attention implementations that take cu_seq_lens/max_length keyword
+# arguments and ignore them without a word (they would attend across documents). Flash
+# implementations and attention functions registered with AttentionInterface may read them.
+IGNORE_FLASH_KWARGS = ("eager", "sdpa", "flex_attention", "paged|eager")
 
 
 def is_hf_model(obj: Any) -> bool:
@@ -149,8 +149,9 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
     - ``"mask"``: the document mask as a 4D mask (additive floats for eager and
       sdpa, a BlockMask for flex_attention; an encoder's has no tril).
     - ``"flash_kwargs"``: ``cu_seq_lens_q/k`` and ``max_length_q/k`` as the
-      collator gives them, the batch flattened to one row; only flash
-      attention implementations read them, so any other is refused.
+      collator gives them, the batch flattened to one row; eager, sdpa and
+      flex_attention ignore them, so those are refused (flash implementations
+      and registered varlen attention functions read them).
 
     ``positions`` None: derived from the documents. The output is ``logits``
     (``last_hidden_state`` for a bare encoder) unless ``output`` names another.
@@ -160,7 +161,7 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
     if not is_hf_model(model):
         raise TensorcadError("model", f"expected a transformers PreTrainedModel, got {type(model).__name__}")
     implementation = model.config._attn_implementation
-    if packing == "flash_kwargs" and implementation not in FLASH_IMPLEMENTATIONS:
+    if packing == "flash_kwargs" and implementation in IGNORE_FLASH_KWARGS:
         raise TensorcadError("packing", f"'flash_kwargs' needs a flash attention implementation, but the model uses "
                                         f"{implementation!r}, which ignores cu_seq_lens: use packing='position_ids'")
     if packing == "mask":
