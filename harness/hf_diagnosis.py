@@ -16,6 +16,7 @@ each received, and names what to change.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -91,7 +92,12 @@ def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, pos
     calls: dict[int, dict[str, Any]] = {}
 
     def record(module, args, kwargs):
-        calls.setdefault(id(module), dict(kwargs))
+        # Positional arguments are named by the forward's own signature (model(ids, mask) is a call too).
+        try:
+            named = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            named = dict(kwargs)
+        calls.setdefault(id(module), dict(named))
 
     handles = [m.register_forward_pre_hook(record, with_kwargs=True) for m in models]
     try:
