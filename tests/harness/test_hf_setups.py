@@ -28,6 +28,7 @@ transformers = pytest.importorskip("transformers")
 
 from hf_setups import (  # noqa: E402 - after the importorskip
     IMPLEMENTATIONS,
+    MORE_FAMILIES,
     WINDOW,
     alone_gaps,
     block_diagonal,
@@ -100,6 +101,44 @@ def test_collator_packing_without_cache_keeps_gradients_apart(family, implementa
     result = assert_gradients_isolated(collator_fn(model), ids, documents, positions)
     assert result.passed and result.losses == result.documents == 8
     assert not model.training  # put back in eval mode
+
+
+# Gemma 2 has no sdpa path in transformers (it refuses to load with one): eager only.
+MORE_SETUPS = [pytest.param(f, i, marks=pytest.mark.slow) for f in MORE_FAMILIES
+               for i in (("eager",) if f == "gemma2" else IMPLEMENTATIONS)]
+
+
+@pytest.mark.parametrize("family,implementation", MORE_SETUPS)
+def test_more_decoders_packed_by_the_collator_hold_all_three(family, implementation, batch):
+    ids, documents, positions, _ = batch
+    model = model_of(family, implementation)
+    model_fn = collator_fn(model)
+    assert max(alone_gaps(model, model_fn, ids, documents, positions)) < FAITHFUL
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128).passed
+    assert assert_faithful(model_fn, ids, documents, positions).passed
+    assert assert_gradients_isolated(model_fn, ids, documents, positions).passed
+
+
+@pytest.mark.slow
+def test_the_4d_mask_wrapper_on_gemma2_loses_its_sliding_layers_window(batch):
+    ids, documents, positions, _ = batch
+    model = model_of("gemma2", "eager")
+
+    def model_fn(ids, documents, positions):
+        return model(input_ids=ids, attention_mask=block_diagonal(documents), position_ids=positions,
+                     use_cache=False).logits
+
+    lengths = torch.bincount(documents[0]).tolist()
+    gaps = alone_gaps(model, model_fn, ids, documents, positions)
+    for length, gap in zip(lengths, gaps):
+        assert (gap > APART) if length > WINDOW else (gap < FAITHFUL), (length, gap)
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128).passed
+    with pytest.raises(AssertionError, match=r"differs from the same document run alone"):
+        assert_faithful(model_fn, ids, documents, positions)
+    # Its layers differ, so no single 4D mask is right: the mask adapter refuses, adapt() packs by position_ids.
+    with pytest.raises(Exception, match=r"a 4D mask is shared by every layer"):
+        hf_causal_lm(model, packing="mask")
+    assert max(alone_gaps(model, adapt(model), ids, documents, positions)) < FAITHFUL
 
 
 def test_mistrals_window_is_in_effect_in_the_matrix(batch):
@@ -246,7 +285,7 @@ def test_every_row_of_the_docs_table_names_a_test_that_exists():
     page = (here.parent.parent / "docs" / "harness.md").read_text()
     table = page[page.index("## Certify a Hugging Face model"):page.index("## Without pytest")]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| setup")]
-    assert len(rows) == 9
+    assert len(rows) == 11
     for row in rows:
         cell = row.rstrip(" |").rsplit("|", 1)[-1]
         names = re.findall(r"`(?:(test_\w+)\.py::)?(test_\w+)`", cell)
