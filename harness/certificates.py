@@ -259,5 +259,16 @@ def assert_gradients_isolated(
     return result
 
 
+def model_subject(factory: str, settings: Any, batch: Any = None) -> Any:
+    """The `ModelSubject` of the model ``factory`` makes, at ``settings`` (its collator, if one is named)."""
+    from tensorcad.runtime.model_subject import ModelSubject, import_factory
+
+    made = import_factory(factory, "tensorcad_models")()
+    model_fn = model_function(made)
+    collator = import_factory(settings.collator, "tensorcad_collator")() if settings.collator else None
+    return ModelSubject(model_fn, settings, given_batch=batch, collator=collator,
+                        alone=alone_function(made, model_fn), name=factory)
+
+
 __all__ = ["CertificateError", "IsolationReport", "assert_faithful", "assert_gradients_isolated",
-           "assert_isolated", "model_function", "unpack_batch", "vocab_of"]
+           "assert_isolated", "model_function", "model_subject", "unpack_batch", "vocab_of"]

@@ -100,7 +100,7 @@ def child(spec_path: str) -> int:
     from tensorcad.runtime.certification import run_check
     from tensorcad.runtime.settings import Settings
 
-    from .models import model_subject
+    from .certificates import model_subject
 
     spec = json.loads(Path(spec_path).read_text())
     settings = Settings(**spec["settings"])

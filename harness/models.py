@@ -26,19 +26,7 @@ import pytest
 from tensorcad.errors import TensorcadError
 
 from . import options
-
-
-def model_subject(factory: str, settings: Any, batch: Any = None) -> Any:
-    """The `ModelSubject` of the model ``factory`` makes, at ``settings`` (its collator, if one is named)."""
-    from tensorcad.runtime.model_subject import ModelSubject, import_factory
-
-    from .certificates import alone_function, model_function
-
-    made = import_factory(factory, "tensorcad_models")()
-    model_fn = model_function(made)
-    collator = import_factory(settings.collator, "tensorcad_collator")() if settings.collator else None
-    return ModelSubject(model_fn, settings, given_batch=batch, collator=collator,
-                        alone=alone_function(made, model_fn), name=factory)
+from .certificates import model_subject
 
 
 _MARKED: dict[str, Any] = {}
@@ -87,54 +75,52 @@ class ModelsFile(pytest.File):
             yield ModelFactory.from_parent(self, name=name)
 
 
-class ModelFactory(pytest.Collector):
-    """One factory's items; the results of its child process, kept for the items that follow."""
+class ModelRun:
+    """One model's certificates at one batch and settings: run in a child (or here), each result kept.
 
-    def collect(self):
-        from tensorcad.runtime.certification import MODEL_CHECKS, REGISTRY
+    A child runs the check asked for and every later one still wanted, so the four
+    items of a model cost one child; a crash is kept for the check it ended, and the
+    checks after it get a fresh child when their turn comes.
+    """
 
+    def __init__(self, factory: str, settings: Any, batch: Any, contained: bool):
+        self.factory, self.settings, self.batch, self.contained = factory, settings, batch, contained
         self.results: dict[str, dict] = {}
         self.crashes: dict[str, Any] = {}
         self.subject = None
-        for name in MODEL_CHECKS:
-            item = ModelCheck.from_parent(self, name=name, callobj=_check_function)
-            category = REGISTRY[name].category or ("faithful" if name == "faithful" else None)
-            if category:
-                item.add_marker(category)
-            item.add_marker("tensorcad")
-            yield item
+
+    def check(self, name: str, wanted: list[str]) -> tuple[str, str]:
+        """(status, message) of check ``name``; ``wanted``: the checks a child may run with it, in order."""
+        if not self.contained:
+            from tensorcad.runtime.certification import run_check
+
+            if self.subject is None:
+                self.subject = model_subject(self.factory, self.settings, self.batch)
+            check = run_check(self.subject, name)
+            return check.status, check.message
+        if name not in self.results and name not in self.crashes:
+            self._run_child([n for n in wanted[wanted.index(name):] if n not in self.results]
+                            if name in wanted else [name])
+        if name in self.crashes:
+            return "failed", self.crashes[name].message()
+        return self.results[name]["status"], self.results[name]["message"]
+
+    def _run_child(self, wanted: list[str]) -> None:
+        from .contained import run_contained
+
+        results, crash = run_contained(self.factory, wanted, self.settings.to_json(), self.batch)
+        self.results.update(results)
+        if crash is None:
+            return
+        if crash.check is None:
+            # No check began (the factory failed, or the child died making the model): so would every retry.
+            self.crashes.update({name: crash for name in wanted if name not in results})
+        else:
+            self.crashes[crash.check] = crash
 
 
-def _check_function(request, tensorcad_settings, tensorcad_batch):
-    run_item(request.node, tensorcad_settings, tensorcad_batch)
-
-
-def item_settings(item: pytest.Item, settings: Any) -> Any:
-    collator = item.config.getini(options.INI_COLLATOR) or None
-    try:
-        return replace(settings, model=item.parent.name, collator=settings.collator or collator)
-    except TensorcadError as error:
-        raise pytest.UsageError(str(error)) from None
-
-
-def run_item(item: ModelCheck, settings: Any, batch: Any) -> None:
-    """This item's certificate: from the factory's child process (run now if it has not yet), or here."""
-    factory: ModelFactory = item.parent
-    settings = item_settings(item, settings)
-    if item.config.getoption(options.SUBPROCESS_DEST):
-        if item.name not in factory.results and item.name not in factory.crashes:
-            _run_child(item, settings, batch)
-        if item.name in factory.crashes:
-            raise AssertionError(factory.crashes[item.name].message())
-        check = factory.results[item.name]
-        status, message = check["status"], check["message"]
-    else:
-        from tensorcad.runtime.certification import run_check
-
-        if factory.subject is None:
-            factory.subject = model_subject(factory.name, settings, batch)
-        check = run_check(factory.subject, item.name)
-        status, message = check.status, check.message
+def conclude(item: pytest.Item, status: str, message: str) -> None:
+    """A certificate's (status, message) as the item's outcome: a skip with its reason, a failure with its message."""
     item.outcome_message = message
     if status == "skipped":
         raise pytest.skip.Exception(message, _use_item_location=True)
@@ -142,23 +128,86 @@ def run_item(item: ModelCheck, settings: Any, batch: Any) -> None:
         raise AssertionError(message)
 
 
-def _run_child(item: ModelCheck, settings: Any, batch: Any) -> None:
-    """One child for this item and every later selected item of the same factory not yet run."""
-    from .contained import run_contained
+class ModelFactory(pytest.Collector):
+    """One factory's items, and the `ModelRun` they share."""
 
+    def collect(self):
+        from tensorcad.runtime.certification import MODEL_CHECKS
+
+        self.run: ModelRun | None = None
+        for name in MODEL_CHECKS:
+            item = ModelCheck.from_parent(self, name=name, callobj=_check_function)
+            for marker in certificate_markers(name):
+                item.add_marker(marker)
+            yield item
+
+
+def certificate_markers(name: str) -> list[str]:
+    """The markers a certificate's item carries: its category (``-m isolation``, ``-m faithful``), tensorcad."""
+    from tensorcad.runtime.certification import REGISTRY
+
+    category = REGISTRY[name].category or ("faithful" if name == "faithful" else None)
+    return [m for m in (category, "tensorcad") if m]
+
+
+def _check_function(request, tensorcad_settings, tensorcad_batch):
+    run_item(request.node, tensorcad_settings, tensorcad_batch)
+
+
+def item_settings(config: pytest.Config, settings: Any, factory: str) -> Any:
+    collator = config.getini(options.INI_COLLATOR) or None
+    try:
+        return replace(settings, model=factory, collator=settings.collator or collator)
+    except TensorcadError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def run_item(item: ModelCheck, settings: Any, batch: Any) -> None:
+    """This item's certificate: from the factory's child process (run now if it has not yet), or here."""
     factory: ModelFactory = item.parent
-    selected = [i.name for i in item.session.items if isinstance(i, ModelCheck) and i.parent is factory]
-    wanted = [n for n in selected[selected.index(item.name):] if n not in factory.results]
-    results, crash = run_contained(factory.name, wanted, settings.to_json(), batch)
-    factory.results.update(results)
-    if crash is None:
-        return
-    if crash.check is None:
-        # No check began (the factory failed, or the child died making the model): so would every retry.
-        factory.crashes.update({name: crash for name in wanted if name not in results})
-    else:
-        # The check it died in carries the crash; the ones after it get a fresh child when they run.
-        factory.crashes[crash.check] = crash
+    if factory.run is None:
+        factory.run = ModelRun(factory.name, item_settings(item.config, settings, factory.name), batch,
+                               item.config.getoption(options.SUBPROCESS_DEST))
+    wanted = [i.name for i in item.session.items if isinstance(i, ModelCheck) and i.parent is factory]
+    conclude(item, *factory.run.check(item.name, wanted))
+
+
+# --- the marker: @pytest.mark.tensorcad(model="pkg.module:factory") on a test taking tensorcad_certificate ---
+
+_RUNS: dict[str, ModelRun] = {}
+
+
+def parametrize_certificates(metafunc: pytest.Metafunc, settings: Any) -> None:
+    """A test taking ``tensorcad_certificate`` runs once per certificate: ids and markers as collected items."""
+    from tensorcad.runtime.certification import MODEL_CHECKS
+
+    if settings.model is None:
+        raise pytest.UsageError(f"{metafunc.definition.nodeid}: tensorcad_certificate needs "
+                                "@pytest.mark.tensorcad(model='pkg.module:factory')")
+    # The category only: a bare tensorcad mark here would hide the test's own tensorcad(model=...).
+    params = [pytest.param(name, id=name, marks=[getattr(pytest.mark, m) for m in certificate_markers(name)
+                                                 if m != "tensorcad"]) for name in MODEL_CHECKS]
+    metafunc.parametrize("tensorcad_certificate_name", params)
+
+
+def certificate(request: pytest.FixtureRequest, settings: Any, batch: Any, name: str) -> Any:
+    """What ``tensorcad_certificate`` gives a test: a call that runs this certificate and asserts it."""
+    import json
+
+    from tensorcad.runtime.certification import MODEL_CHECKS
+
+    settings = item_settings(request.config, settings, settings.model)
+    contained = request.config.getoption(options.SUBPROCESS_DEST)
+    key = json.dumps([settings.to_json(), request.node.nodeid.split("[")[0], contained], default=str)
+    if key not in _RUNS:
+        _RUNS[key] = ModelRun(settings.model, settings, batch, contained)
+    run = _RUNS[key]
+
+    def assert_certificate() -> None:
+        __tracebackhide__ = True
+        conclude(request.node, *run.check(name, list(MODEL_CHECKS)))
+
+    return assert_certificate
 
 
 class ModelCheck(pytest.Function):

@@ -56,6 +56,11 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    # tensorcad_certificate runs once per certificate of the marker's model.
+    if "tensorcad_certificate_name" in metafunc.fixturenames:
+        from .models import parametrize_certificates
+
+        parametrize_certificates(metafunc, _settings(metafunc.config, metafunc.definition))
     # tensorcad_model runs once per form: the marker's forms, else --tensorcad-forms.
     if "tensorcad_form" in metafunc.fixturenames:
         settings = _settings(metafunc.config, metafunc.definition)
@@ -116,7 +121,7 @@ def tensorcad_batch(request: pytest.FixtureRequest, tensorcad_settings):
     from .fixtures import draw_batch, scaled_design
     from .models import ModelCheck, marker_subject
 
-    if isinstance(request.node, ModelCheck):
+    if isinstance(request.node, ModelCheck) or "tensorcad_certificate_name" in request.fixturenames:
         return None
     if tensorcad_settings.model is not None:
         return marker_subject(tensorcad_settings).batch
@@ -145,6 +150,21 @@ def tensorcad_model(request: pytest.FixtureRequest, tensorcad_settings, tensorca
         return marker_subject(tensorcad_settings).model_fn
     design = request.getfixturevalue("tensorcad_design")
     return build_model(design, tensorcad_settings, tensorcad_form)
+
+
+@pytest.fixture
+def tensorcad_certificate(request: pytest.FixtureRequest, tensorcad_settings, tensorcad_batch,
+                          tensorcad_certificate_name):
+    """Call it to run one certificate of the marker's ``model=``; the test runs once per certificate.
+
+    ``@pytest.mark.tensorcad(model="pkg.module:factory")`` on ``def test_x(tensorcad_certificate):
+    tensorcad_certificate()`` gives ``test_x[isolation]``, ``test_x[isolation[boundaries]]``,
+    ``test_x[faithful]`` and ``test_x[isolation[gradients]]``, marked as the collected items are,
+    run in a child process unless ``--no-tensorcad-subprocess``.
+    """
+    from .models import certificate
+
+    return certificate(request, tensorcad_settings, tensorcad_batch, tensorcad_certificate_name)
 
 
 @pytest.fixture

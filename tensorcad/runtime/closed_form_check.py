@@ -130,6 +130,7 @@ def assert_closed_form(design: Any, operating_point: Any, rel: float | None = No
     (docs/packing.md measures under 0.1% at ordinary lengths). Raises
     ``NoClosedForm`` for a mask none describes. Returns (engine, closed form).
     """
+    __tracebackhide__ = True  # under pytest a failure shows the test's line and this message
     design = load(design)
     expected, names = expected_keys_per_query(design, operating_point)
     if rel is None:

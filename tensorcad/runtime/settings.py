@@ -117,4 +117,6 @@ class Settings:
         return OperatingPoint(seq=settings.seq, packing=settings.packing, seed=settings.seed)
 
     def to_json(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        # A user's model and collator only when named: a design's settings read as they always did.
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if not (f.name in ("model", "collator") and getattr(self, f.name) is None)}

@@ -136,7 +136,7 @@ def test_a_sample_of_documents(batch):
 
 
 def test_a_failure_shows_the_message_not_the_harness_source(pytester):
-    pytester.makepyfile(test_leaky=f"""
+    pytester.makepyfile(test_leaky="""
         import torch
         from harness import assert_gradients_isolated
         from tensorcad.packing import draw

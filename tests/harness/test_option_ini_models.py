@@ -58,23 +58,31 @@ MODELS = """
 
     def segfaults():
         return Segfaults()
+
+
+    def collator():
+        return transformers.DataCollatorWithFlattening(return_position_ids=True)
+
+
+    def no_positions():
+        return lambda examples: {"input_ids": [sum((e["input_ids"] for e in examples), [])]}
 """
 
 INI = """
     [pytest]
     tensorcad_models =
-        models:llama
-        models:masked
-        models:segfaults
+        my_models:llama
+        my_models:masked
+        my_models:segfaults
 """
 
-FACTORIES = ("models:llama", "models:masked", "models:segfaults")
+FACTORIES = ("my_models:llama", "my_models:masked", "my_models:segfaults")
 CHECKS = ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]")
 
 
 @pytest.fixture
 def project(pytester):
-    pytester.makepyfile(models=MODELS)
+    pytester.makepyfile(my_models=MODELS)
     pytester.makefile(".ini", pytest=INI)
     pytester.syspathinsert()
     return pytester
@@ -91,7 +99,7 @@ def test_two_factories_pass_and_a_segfault_fails_only_its_items(project):
         for check in CHECKS:
             assert f"pytest.ini::{factory}::{check} PASSED" in out
     for check in CHECKS:
-        assert f"pytest.ini::models:segfaults::{check} FAILED" in out
+        assert f"pytest.ini::my_models:segfaults::{check} FAILED" in out
         assert f"died of SIGSEGV (signal 11) while running '{check}'" in out
 
 
@@ -105,7 +113,7 @@ def test_minus_m_isolation_selects_every_isolation_item(project):
 
 
 def test_in_process_when_asked(project):
-    project.makefile(".ini", pytest=INI.replace("        models:segfaults\n", ""))
+    project.makefile(".ini", pytest=INI.replace("        my_models:segfaults\n", ""))
     result = project.runpytest(*OPTIONS, "--no-tensorcad-subprocess", "-k", "masked")
     result.assert_outcomes(passed=4)
 
@@ -123,14 +131,47 @@ def test_the_projects_own_batch(project):
             documents = torch.zeros(2, 16, dtype=torch.long)
             return ids, documents, torch.arange(16).repeat(2, 1)
     """)
-    project.makefile(".ini", pytest=INI.replace("        models:llama\n", "").replace("        models:segfaults\n", ""))
+    project.makefile(".ini", pytest=INI.replace("        my_models:llama\n", "").replace("        my_models:segfaults\n", ""))
     result = project.runpytest(*OPTIONS, "-rs")
     result.assert_outcomes(passed=3, skipped=1)
     result.stdout.fnmatch_lines(["*no boundary could be moved (every row holds one document)*"])
 
 
 def test_a_factory_that_cannot_be_imported_fails_its_items_saying_so(project):
-    project.makefile(".ini", pytest="[pytest]\ntensorcad_models = models:nothing\n")
+    project.makefile(".ini", pytest="[pytest]\ntensorcad_models = my_models:nothing\n")
     result = project.runpytest(*OPTIONS)
     result.assert_outcomes(failed=4)
-    result.stdout.fnmatch_lines(["*could not make the model: tensorcad_models: 'models' has no 'nothing'*"])
+    result.stdout.fnmatch_lines(["*could not make the model: tensorcad_models: 'my_models' has no 'nothing'*"])
+
+
+def test_the_marker_names_a_model(project):
+    project.makefile(".ini", pytest="[pytest]\n")
+    project.makepyfile(test_mine="""
+        import pytest
+        from harness import assert_faithful
+
+        pytestmark = pytest.mark.tensorcad(model="my_models:masked", seq=64, pack=12, sample=4)
+
+        def test_certified(tensorcad_certificate):
+            tensorcad_certificate()
+
+        def test_by_hand(tensorcad_model, tensorcad_batch):
+            ids, documents, positions = tensorcad_batch
+            assert ids.shape == (2, 64) and int(ids.max()) < 32  # drawn over the model's own vocabulary
+            assert_faithful(tensorcad_model, tensorcad_batch)
+    """)
+    result = project.runpytest("-p", "no:cacheprovider", "-v")
+    result.assert_outcomes(passed=5)
+    for check in CHECKS:
+        result.stdout.fnmatch_lines([f"*test_certified[[]{check.replace('[', '[[]')}[]] PASSED*"])
+    result = project.runpytest("-p", "no:cacheprovider", "-m", "isolation", "--collect-only", "-q")
+    assert sum("test_certified[" in line for line in result.stdout.lines) == 3
+
+
+def test_the_users_collator_packs_the_batch(project):
+    for collator, outcome in (("collator", {"passed": 4}), ("no_positions", {"failed": 4})):
+        project.makefile(".ini", pytest=f"[pytest]\ntensorcad_models = my_models:masked\n"
+                                        f"tensorcad_collator = my_models:{collator}\n")
+        result = project.runpytest(*OPTIONS, "--no-tensorcad-subprocess")
+        result.assert_outcomes(**outcome)
+    result.stdout.fnmatch_lines(["*tensorcad.collator: the collator's batch holds no input_ids and position_ids*"])
