@@ -34,19 +34,26 @@ PACKINGS = ("position_ids", "mask", "flash_kwargs")
 IGNORE_FLASH_KWARGS = ("eager", "sdpa", "flex_attention", "paged|eager")
 
 
+def unwrapped(obj: Any) -> Any:
+    """The module a ``torch.compile`` wrapper compiles (``_orig_mod``), else ``obj``: what it is, not how it runs."""
+    inner = getattr(obj, "_orig_mod", None)
+    return inner if inner is not None and type(obj).__name__ == "OptimizedModule" else obj
+
+
 def is_hf_model(obj: Any) -> bool:
-    """Whether ``obj`` is a transformers ``PreTrainedModel`` (without importing transformers)."""
+    """Whether ``obj`` is a transformers ``PreTrainedModel``, compiled or not (without importing transformers)."""
     transformers = sys.modules.get("transformers")
     if transformers is None:
         return False
     try:
-        return isinstance(obj, transformers.PreTrainedModel)
+        return isinstance(unwrapped(obj), transformers.PreTrainedModel)
     except Exception:  # a half-imported transformers: not one of its models
         return False
 
 
 def is_encoder(model: Any) -> bool:
     """Whether a Hugging Face model attends both ways (BERT-like), read from its attention modules."""
+    model = unwrapped(model)
     flags = {bool(m.is_causal) for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)}
     if flags:
         return flags == {False}
@@ -166,7 +173,8 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
                                         f"{implementation!r}, which ignores cu_seq_lens: use packing='position_ids'")
     if packing == "mask":
         _window(model.config)  # refuse a model whose layers differ now, not on the first call
-    extra = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    # A compiled model's forward takes (*args, **kwargs): read the keywords from the model it compiles.
+    extra = {"use_cache": False} if "use_cache" in inspect.signature(unwrapped(model).forward).parameters else {}
 
     def model_fn(ids, documents, positions=None):
         positions = _positions(documents, positions)
@@ -184,7 +192,8 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
                              **kwargs, **extra), output)
         return out.reshape(B, T, *out.shape[2:])
 
-    return _Adapted(model, model_fn, f"hf_causal_lm({type(model).__name__}, packing={packing!r})")
+    name = type(unwrapped(model)).__name__ + (", compiled" if unwrapped(model) is not model else "")
+    return _Adapted(model, model_fn, f"hf_causal_lm({name}, packing={packing!r})")
 
 
 # --- any model, by keyword ---------------------------------------------------------------------
@@ -283,4 +292,4 @@ def adapt(obj: Any) -> Callable[[Any, Any, Any], Any]:
     )
 
 
-__all__ = ("PACKINGS", "adapt", "call", "document_mask", "hf_causal_lm", "is_encoder", "is_hf_model")
+__all__ = ("PACKINGS", "adapt", "call", "document_mask", "hf_causal_lm", "is_encoder", "is_hf_model", "unwrapped")

@@ -224,3 +224,20 @@ def test_flash_kwargs_reach_a_varlen_attention_as_the_collator_gives_them(batch)
         flat = model_fn(*rows)
         plain = hf_causal_lm(tiny_model("llama", "sdpa"))(*rows)
     assert flat.shape == plain.shape == (2, 96, 128) and (flat - plain).abs().max() < 1e-5
+
+
+def test_a_compiled_model_is_recognised_by_what_it_compiles(llama):
+    # torch.compile's wrapper forwards (*args, **kwargs): taken as it is, it would be called positionally.
+    compiled = torch.compile(llama)  # compiles on first call; this test never calls it
+    adapted = adapt(compiled)
+    assert adapted.model is compiled and "hf_causal_lm(LlamaForCausalLM, compiled, packing='position_ids')" in repr(adapted)
+    assert not is_encoder(compiled) and is_encoder(torch.compile(tiny_model("bert", "sdpa")))
+
+
+@pytest.mark.slow
+def test_a_compiled_llama_adapted_is_isolated(llama, batch):
+    ids, documents, positions = batch
+    compiled = torch.compile(llama)
+    with torch.no_grad():
+        assert (adapt(compiled)(ids, documents, positions) - hf_causal_lm(llama)(ids, documents, positions)).abs().max() < 1e-5
+    assert assert_isolated(compiled, ids, documents, positions, sample=2, boundaries=False).passed
