@@ -152,7 +152,7 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
       ``DataCollatorWithFlattening`` gives them), no attention mask and
       ``use_cache=False``: transformers reads the documents from the
       restarting positions only when neither a 2D mask nor a cache exists.
-      Encoders do not read packing from positions at all; use ``"mask"``.
+      Encoders do not read packing from positions at all, so they are refused: use ``"mask"``.
     - ``"mask"``: the document mask as a 4D mask (additive floats for eager and
       sdpa, a BlockMask for flex_attention; an encoder's has no tril).
     - ``"flash_kwargs"``: ``cu_seq_lens_q/k`` and ``max_length_q/k`` as the
@@ -171,6 +171,10 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
     if packing == "flash_kwargs" and implementation in IGNORE_FLASH_KWARGS:
         raise TensorcadError("packing", f"'flash_kwargs' needs a flash attention implementation, but the model uses "
                                         f"{implementation!r}, which ignores cu_seq_lens: use packing='position_ids'")
+    if packing == "position_ids" and is_encoder(model):
+        raise TensorcadError("packing", f"{type(unwrapped(model)).__name__} is an encoder: transformers never reads "
+                                        "packing from its position_ids (every token would see the whole row); "
+                                        "use packing='mask'")
     if packing == "mask":
         _window(model.config)  # refuse a model whose layers differ now, not on the first call
     # A compiled model's forward takes (*args, **kwargs): read the keywords from the model it compiles.

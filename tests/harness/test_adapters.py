@@ -241,3 +241,17 @@ def test_a_compiled_llama_adapted_is_isolated(llama, batch):
     with torch.no_grad():
         assert (adapt(compiled)(ids, documents, positions) - hf_causal_lm(llama)(ids, documents, positions)).abs().max() < 1e-5
     assert assert_isolated(compiled, ids, documents, positions, sample=2, boundaries=False).passed
+
+
+def test_an_encoder_is_refused_packed_position_ids_and_a_bare_encoder_gives_its_hidden_states():
+    with pytest.raises(TensorcadError, match=r"packing: BertForMaskedLM is an encoder: .* use packing='mask'"):
+        hf_causal_lm(tiny_model("bert", "sdpa"), packing="position_ids")
+    config = tiny_model("bert", "sdpa").config
+    torch.manual_seed(0)
+    encoder = transformers.BertModel(config).eval()  # AutoModel's BERT: no head, last_hidden_state out
+    ids, documents, positions, _ = collated()
+    with torch.no_grad():
+        hidden = adapt(encoder)(ids, documents, positions)
+        alone = encoder(input_ids=ids[:, :9]).last_hidden_state  # document 0 is the first 9 tokens
+    assert hidden.shape == (1, 160, 32) and (hidden[:, :9] - alone).abs().max() < 1e-5
+    assert assert_isolated(encoder, ids, documents, positions, vocab=128, boundaries=False).passed
