@@ -28,25 +28,32 @@ from typing import Any
 from tensorcad.errors import TensorcadError
 
 PACKINGS = ("position_ids", "mask", "flash_kwargs")
-# Attention implementations that read cu_seq_lens/max_length keyword arguments; every
-# other one ignores them without a word, and would attend across documents.
-FLASH_IMPLEMENTATIONS = ("flash_attention_2", "flash_attention_3", "kernels-community/flash-attn",
-                         "kernels-community/vllm-flash-attn3")
+# transformers' own attention implementations that take cu_seq_lens/max_length keyword
+# arguments and ignore them without a word (they would attend across documents). Flash
+# implementations and attention functions registered with AttentionInterface may read them.
+IGNORE_FLASH_KWARGS = ("eager", "sdpa", "flex_attention", "paged|eager")
+
+
+def unwrapped(obj: Any) -> Any:
+    """The module a ``torch.compile`` wrapper compiles (``_orig_mod``), else ``obj``: what it is, not how it runs."""
+    inner = getattr(obj, "_orig_mod", None)
+    return inner if inner is not None and type(obj).__name__ == "OptimizedModule" else obj
 
 
 def is_hf_model(obj: Any) -> bool:
-    """Whether ``obj`` is a transformers ``PreTrainedModel`` (without importing transformers)."""
+    """Whether ``obj`` is a transformers ``PreTrainedModel``, compiled or not (without importing transformers)."""
     transformers = sys.modules.get("transformers")
     if transformers is None:
         return False
     try:
-        return isinstance(obj, transformers.PreTrainedModel)
+        return isinstance(unwrapped(obj), transformers.PreTrainedModel)
     except Exception:  # a half-imported transformers: not one of its models
         return False
 
 
 def is_encoder(model: Any) -> bool:
     """Whether a Hugging Face model attends both ways (BERT-like), read from its attention modules."""
+    model = unwrapped(model)
     flags = {bool(m.is_causal) for m in model.modules() if isinstance(getattr(m, "is_causal", None), bool)}
     if flags:
         return flags == {False}
@@ -145,12 +152,13 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
       ``DataCollatorWithFlattening`` gives them), no attention mask and
       ``use_cache=False``: transformers reads the documents from the
       restarting positions only when neither a 2D mask nor a cache exists.
-      Encoders do not read packing from positions at all; use ``"mask"``.
+      Encoders do not read packing from positions at all, so they are refused: use ``"mask"``.
     - ``"mask"``: the document mask as a 4D mask (additive floats for eager and
       sdpa, a BlockMask for flex_attention; an encoder's has no tril).
     - ``"flash_kwargs"``: ``cu_seq_lens_q/k`` and ``max_length_q/k`` as the
-      collator gives them, the batch flattened to one row; only flash
-      attention implementations read them, so any other is refused.
+      collator gives them, the batch flattened to one row; eager, sdpa and
+      flex_attention ignore them, so those are refused (flash implementations
+      and registered varlen attention functions read them).
 
     ``positions`` None: derived from the documents. The output is ``logits``
     (``last_hidden_state`` for a bare encoder) unless ``output`` names another.
@@ -160,12 +168,17 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
     if not is_hf_model(model):
         raise TensorcadError("model", f"expected a transformers PreTrainedModel, got {type(model).__name__}")
     implementation = model.config._attn_implementation
-    if packing == "flash_kwargs" and implementation not in FLASH_IMPLEMENTATIONS:
+    if packing == "flash_kwargs" and implementation in IGNORE_FLASH_KWARGS:
         raise TensorcadError("packing", f"'flash_kwargs' needs a flash attention implementation, but the model uses "
                                         f"{implementation!r}, which ignores cu_seq_lens: use packing='position_ids'")
+    if packing == "position_ids" and is_encoder(model):
+        raise TensorcadError("packing", f"{type(unwrapped(model)).__name__} is an encoder: transformers never reads "
+                                        "packing from its position_ids (every token would see the whole row); "
+                                        "use packing='mask'")
     if packing == "mask":
         _window(model.config)  # refuse a model whose layers differ now, not on the first call
-    extra = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    # A compiled model's forward takes (*args, **kwargs): read the keywords from the model it compiles.
+    extra = {"use_cache": False} if "use_cache" in inspect.signature(unwrapped(model).forward).parameters else {}
 
     def model_fn(ids, documents, positions=None):
         positions = _positions(documents, positions)
@@ -183,7 +196,8 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
                              **kwargs, **extra), output)
         return out.reshape(B, T, *out.shape[2:])
 
-    return _Adapted(model, model_fn, f"hf_causal_lm({type(model).__name__}, packing={packing!r})")
+    name = type(unwrapped(model)).__name__ + (", compiled" if unwrapped(model) is not model else "")
+    return _Adapted(model, model_fn, f"hf_causal_lm({name}, packing={packing!r})")
 
 
 # --- any model, by keyword ---------------------------------------------------------------------
@@ -282,4 +296,4 @@ def adapt(obj: Any) -> Callable[[Any, Any, Any], Any]:
     )
 
 
-__all__ = ("PACKINGS", "adapt", "call", "document_mask", "hf_causal_lm", "is_encoder", "is_hf_model")
+__all__ = ("PACKINGS", "adapt", "call", "document_mask", "hf_causal_lm", "is_encoder", "is_hf_model", "unwrapped")

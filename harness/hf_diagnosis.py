@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from harness.adapters import is_encoder, is_hf_model
+from harness.adapters import is_encoder, is_hf_model, unwrapped
 
 
 def reachable_hf_models(model_fn: Any) -> list[Any]:
@@ -60,7 +60,7 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     position_ids = kwargs.get("position_ids", positions)
     mask = kwargs.get("attention_mask")
     packed = _restarts(position_ids)
-    name = type(model).__name__
+    name = type(unwrapped(model)).__name__
     if is_encoder(model):
         if mask is None or (isinstance(mask, torch.Tensor) and mask.dim() == 2):
             return (f"{name} is an encoder: transformers' bidirectional mask never reads packing from "
@@ -92,7 +92,12 @@ def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, pos
     calls: dict[int, dict[str, Any]] = {}
 
     def record(module, args, kwargs):
-        calls.setdefault(id(module), dict(kwargs))
+        # Positional arguments are named by the forward's own signature (model(ids, mask) is a call too).
+        try:
+            named = inspect.signature(unwrapped(module).forward).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            named = dict(kwargs)
+        calls.setdefault(id(module), dict(named))
 
     handles = [m.register_forward_pre_hook(record, with_kwargs=True) for m in models]
     try:
@@ -108,5 +113,5 @@ def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, pos
         if id(model) in calls:
             hint = diagnose(model, calls[id(model)])
             if hint:
-                hints.append(f"{type(model).__name__}: {hint}")
+                hints.append(f"{type(unwrapped(model)).__name__}: {hint}")
     return hints

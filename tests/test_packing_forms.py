@@ -217,3 +217,16 @@ def test_numpy_in_never_imports_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_the_collators_numpy_batch_reads_back_as_numpy():
+    features = [{"input_ids": list(range(1, n + 1))} for n in (4, 9, 1, 6)]
+    batch = transformers.DataCollatorWithFlattening(return_seq_idx=True, return_flash_attn_kwargs=True,
+                                                    return_tensors="np")(features)
+    expected = documents_of_lengths([[4, 9, 1, 6]])
+    for form in (documents_of_positions(batch["position_ids"]), documents_of_seq_idx(batch["seq_idx"]),
+                 documents_of_cu_seqlens(batch["cu_seq_lens_q"], seq=20)):
+        assert isinstance(form, np.ndarray) and np.array_equal(form, expected)
+    assert np.array_equal(seq_idx_of(expected), batch["seq_idx"]) and seq_idx_of(expected).dtype == np.int32
+    assert np.array_equal(cu_seqlens_of(expected), batch["cu_seq_lens_q"])
+    assert cu_seqlens_of(expected).dtype == batch["cu_seq_lens_q"].dtype == np.int32

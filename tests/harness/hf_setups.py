@@ -25,6 +25,7 @@ VOCAB = 128
 LENGTHS = (9, 40, 3, 27, 1, 33, 14, 33)
 WINDOW = 16
 FAMILIES = ("llama", "mistral", "qwen2", "gpt2", "bert")
+MORE_FAMILIES = ("qwen3", "gemma2", "phi3")  # the other decoders, under -m slow
 IMPLEMENTATIONS = ("eager", "sdpa")
 
 
@@ -47,6 +48,12 @@ def tiny_config(family: str, implementation: str) -> transformers.PretrainedConf
         return transformers.MistralConfig(sliding_window=WINDOW, **decoder)
     if family == "qwen2":
         return transformers.Qwen2Config(**decoder)
+    if family == "qwen3":
+        return transformers.Qwen3Config(head_dim=16, **decoder)
+    if family == "gemma2":  # sliding and full layers alternate; the window (16) is smaller than documents
+        return transformers.Gemma2Config(head_dim=16, sliding_window=WINDOW, **decoder)
+    if family == "phi3":
+        return transformers.Phi3Config(pad_token_id=0, bos_token_id=1, eos_token_id=1, **decoder)
     raise ValueError(family)
 
 
@@ -56,7 +63,8 @@ def tiny_model(family: str, implementation: str = "sdpa") -> torch.nn.Module:
     torch.manual_seed(0)
     classes = {"llama": transformers.LlamaForCausalLM, "mistral": transformers.MistralForCausalLM,
                "qwen2": transformers.Qwen2ForCausalLM, "gpt2": transformers.GPT2LMHeadModel,
-               "bert": transformers.BertForMaskedLM}
+               "bert": transformers.BertForMaskedLM, "qwen3": transformers.Qwen3ForCausalLM,
+               "gemma2": transformers.Gemma2ForCausalLM, "phi3": transformers.Phi3ForCausalLM}
     return classes[family](config).eval()
 
 

@@ -176,3 +176,82 @@ def test_collator_batch_in_the_harness_through_the_adapter():
     ids, documents, positions, batch = collated()
     model = tiny_model("qwen2", "eager")
     assert assert_isolated(hf_causal_lm(model), ids, documents, batch["position_ids"])[0].passed
+
+
+# --- flash_kwargs: the collator's cu_seq_lens reaching an attention that reads them ---------------
+
+
+def varlen_sdpa(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """A varlen attention registered with transformers' AttentionInterface: causal sdpa on each document
+    that ``cu_seq_lens_q`` delimits (what FlashAttention's varlen kernel computes), no cross-document keys."""
+    cu = kwargs["cu_seq_lens_q"].tolist()  # a KeyError here means the kwargs never arrived
+    varlen_sdpa.seen.append({k: kwargs[k] for k in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")})
+    pieces = [torch.nn.functional.scaled_dot_product_attention(
+        query[:, :, s:e], key[:, :, s:e], value[:, :, s:e], is_causal=True, scale=scaling, enable_gqa=True)
+        for s, e in zip(cu[:-1], cu[1:])]
+    return torch.cat(pieces, dim=2).transpose(1, 2).contiguous(), None
+
+
+varlen_sdpa.seen = []
+
+
+def test_flash_kwargs_reach_a_varlen_attention_as_the_collator_gives_them(batch):
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    AttentionInterface.register("tensorcad_varlen", varlen_sdpa)
+    AttentionMaskInterface.register("tensorcad_varlen", flash_attention_mask)
+    rows = batch
+    ids, documents, positions, batch = collated()
+    model = tiny_model("llama", "tensorcad_varlen")
+    model_fn = hf_causal_lm(model, packing="flash_kwargs")
+    varlen_sdpa.seen.clear()
+    with torch.no_grad():
+        out = model_fn(ids, documents, positions)
+    # Each layer received exactly the collator's keyword arguments.
+    assert len(varlen_sdpa.seen) == 2
+    for seen in varlen_sdpa.seen:
+        for key in ("cu_seq_lens_q", "cu_seq_lens_k"):
+            assert seen[key].dtype == batch[key].dtype and torch.equal(seen[key], batch[key])
+        assert seen["max_length_q"] == batch["max_length_q"] and seen["max_length_k"] == batch["max_length_k"]
+    # And the packed outputs are the collator's packing without cache, isolated.
+    with torch.no_grad():
+        reference = tiny_model("llama", "sdpa")(input_ids=ids, position_ids=positions, use_cache=False).logits
+    assert (out - reference).abs().max() < 1e-5
+    assert assert_isolated(model_fn, ids, documents, positions, boundaries=False).passed
+    # Two rows are flattened into one (varlen kernels take no batch) and the outputs shaped back.
+    with torch.no_grad():
+        flat = model_fn(*rows)
+        plain = hf_causal_lm(tiny_model("llama", "sdpa"))(*rows)
+    assert flat.shape == plain.shape == (2, 96, 128) and (flat - plain).abs().max() < 1e-5
+
+
+def test_a_compiled_model_is_recognised_by_what_it_compiles(llama):
+    # torch.compile's wrapper forwards (*args, **kwargs): taken as it is, it would be called positionally.
+    compiled = torch.compile(llama)  # compiles on first call; this test never calls it
+    adapted = adapt(compiled)
+    assert adapted.model is compiled and "hf_causal_lm(LlamaForCausalLM, compiled, packing='position_ids')" in repr(adapted)
+    assert not is_encoder(compiled) and is_encoder(torch.compile(tiny_model("bert", "sdpa")))
+
+
+@pytest.mark.slow
+def test_a_compiled_llama_adapted_is_isolated(llama, batch):
+    ids, documents, positions = batch
+    compiled = torch.compile(llama)
+    with torch.no_grad():
+        assert (adapt(compiled)(ids, documents, positions) - hf_causal_lm(llama)(ids, documents, positions)).abs().max() < 1e-5
+    assert assert_isolated(compiled, ids, documents, positions, sample=2, boundaries=False).passed
+
+
+def test_an_encoder_is_refused_packed_position_ids_and_a_bare_encoder_gives_its_hidden_states():
+    with pytest.raises(TensorcadError, match=r"packing: BertForMaskedLM is an encoder: .* use packing='mask'"):
+        hf_causal_lm(tiny_model("bert", "sdpa"), packing="position_ids")
+    config = tiny_model("bert", "sdpa").config
+    torch.manual_seed(0)
+    encoder = transformers.BertModel(config).eval()  # AutoModel's BERT: no head, last_hidden_state out
+    ids, documents, positions, _ = collated()
+    with torch.no_grad():
+        hidden = adapt(encoder)(ids, documents, positions)
+        alone = encoder(input_ids=ids[:, :9]).last_hidden_state  # document 0 is the first 9 tokens
+    assert hidden.shape == (1, 160, 32) and (hidden[:, :9] - alone).abs().max() < 1e-5
+    assert assert_isolated(encoder, ids, documents, positions, vocab=128, boundaries=False).passed

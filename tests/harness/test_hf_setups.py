@@ -11,9 +11,9 @@ running each document alone (``hf_setups.alone_gaps``), never assumed:
 - differences only in documents longer than the window: the window is lost,
   which isolation cannot see (it passes) and a faithfulness check must.
 
-The "faithful" comparisons below are written inline (each document's packed
-outputs against the same document alone); ``assert_faithful`` and the
-boundary-moves check are #14b's, and these setups are what they point at.
+Each setup is then held to the three certificates (``assert_isolated`` with its
+boundary moves, ``assert_faithful``, ``assert_gradients_isolated``), whose verdicts
+must agree with what running each document alone established.
 docs/harness.md's table names each test here.
 """
 
@@ -22,12 +22,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import adapt, assert_isolated, hf_causal_lm
+from harness import adapt, assert_faithful, assert_gradients_isolated, assert_isolated, hf_causal_lm
 
 transformers = pytest.importorskip("transformers")
 
 from hf_setups import (  # noqa: E402 - after the importorskip
     IMPLEMENTATIONS,
+    MORE_FAMILIES,
     WINDOW,
     alone_gaps,
     block_diagonal,
@@ -80,11 +81,64 @@ def test_collator_packing_without_cache_is_isolated_and_faithful(family, impleme
     model_fn = collator_fn(model)
     gaps = alone_gaps(model, model_fn, ids, documents, positions)
     assert max(gaps) < FAITHFUL, gaps  # each document packed equals itself alone
-    (result,) = assert_isolated(model_fn, ids, documents, positions, vocab=128)
-    assert result.passed and result.perturbed == result.documents == 8
-    # A bare model is adapted (hf_causal_lm, packed position_ids), never called positionally: the same verdict.
+    report = assert_isolated(model_fn, ids, documents, positions, vocab=128)
+    assert report.passed and report[0].perturbed == report[0].documents == 8
+    assert report.boundaries[0].moves > 0 and report.boundaries[0].largest <= FAITHFUL
+    faithful = assert_faithful(model_fn, ids, documents, positions)
+    assert faithful.compared == faithful.documents == 8 and faithful.largest <= FAITHFUL
+    # A bare model is adapted (hf_causal_lm, packed position_ids), never called positionally: the same call.
+    with torch.no_grad():
+        assert torch.equal(adapt(model)(ids, documents, None), model_fn(ids, documents, positions))
+
+
+GRADIENT_SETUPS = [(f, "sdpa") for f in DECODERS] + [pytest.param(f, "eager", marks=pytest.mark.slow) for f in DECODERS]
+
+
+@pytest.mark.parametrize("family,implementation", GRADIENT_SETUPS)
+def test_collator_packing_without_cache_keeps_gradients_apart(family, implementation, batch):
+    ids, documents, positions, _ = batch
+    model = model_of(family, implementation)
+    result = assert_gradients_isolated(collator_fn(model), ids, documents, positions)
+    assert result.passed and result.losses == result.documents == 8
+    assert not model.training  # put back in eval mode
+
+
+# Gemma 2 has no sdpa path in transformers (it refuses to load with one): eager only.
+MORE_SETUPS = [pytest.param(f, i, marks=pytest.mark.slow) for f in MORE_FAMILIES
+               for i in (("eager",) if f == "gemma2" else IMPLEMENTATIONS)]
+
+
+@pytest.mark.parametrize("family,implementation", MORE_SETUPS)
+def test_more_decoders_packed_by_the_collator_hold_all_three(family, implementation, batch):
+    ids, documents, positions, _ = batch
+    model = model_of(family, implementation)
+    model_fn = collator_fn(model)
+    assert max(alone_gaps(model, model_fn, ids, documents, positions)) < FAITHFUL
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128).passed
+    assert assert_faithful(model_fn, ids, documents, positions).passed
+    assert assert_gradients_isolated(model_fn, ids, documents, positions).passed
+
+
+@pytest.mark.slow
+def test_the_4d_mask_wrapper_on_gemma2_loses_its_sliding_layers_window(batch):
+    ids, documents, positions, _ = batch
+    model = model_of("gemma2", "eager")
+
+    def model_fn(ids, documents, positions):
+        return model(input_ids=ids, attention_mask=block_diagonal(documents), position_ids=positions,
+                     use_cache=False).logits
+
+    lengths = torch.bincount(documents[0]).tolist()
+    gaps = alone_gaps(model, model_fn, ids, documents, positions)
+    for length, gap in zip(lengths, gaps):
+        assert (gap > APART) if length > WINDOW else (gap < FAITHFUL), (length, gap)
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128).passed
+    with pytest.raises(AssertionError, match=r"differs from the same document run alone"):
+        assert_faithful(model_fn, ids, documents, positions)
+    # Its layers differ, so no single 4D mask is right: the mask adapter refuses, adapt() packs by position_ids.
+    with pytest.raises(Exception, match=r"a 4D mask is shared by every layer"):
+        hf_causal_lm(model, packing="mask")
     assert max(alone_gaps(model, adapt(model), ids, documents, positions)) < FAITHFUL
-    assert assert_isolated(model, ids, documents)[0].passed
 
 
 def test_mistrals_window_is_in_effect_in_the_matrix(batch):
@@ -120,7 +174,7 @@ def test_the_cache_at_its_default_leaks_and_the_message_says_use_cache_false(fam
 
     _assert_leaks_established(alone_gaps(model, model_fn, ids, documents, positions))
     with pytest.raises(AssertionError, match=r"moved document \d+[^\n]*\n.*pass use_cache=False") as caught:
-        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+        assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)
     assert type(model).__name__ in str(caught.value)
 
 
@@ -135,7 +189,7 @@ def test_an_all_ones_attention_mask_leaks_and_the_message_says_drop_it(family, i
 
     _assert_leaks_established(alone_gaps(model, model_fn, ids, documents, positions))
     with pytest.raises(AssertionError, match=r"drop the all-ones attention_mask"):
-        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+        assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)
 
 
 # --- the docs' 4D-mask wrapper on Mistral: isolated, but the window is lost -------------------------
@@ -157,8 +211,15 @@ def test_the_4d_mask_wrapper_on_mistral_is_isolated_but_loses_the_window(impleme
     # every document longer than the window does not (assert_faithful, #14b, names the largest).
     for length, gap in zip(lengths, gaps):
         assert (gap > APART) if length > WINDOW else (gap < FAITHFUL), (length, gap)
+    worst = max(range(len(gaps)), key=gaps.__getitem__)
+    with pytest.raises(AssertionError, match=rf"document {worst} of row 0 \({lengths[worst]} tokens from position "
+                                             rf"\d+\) differs from the same document run alone by {gaps[worst]:.3g}"
+                                             r" at its position \d+ \(tolerance 1e-05\)"):
+        assert_faithful(model_fn, ids, documents, positions)
     # The harness's mask adapter puts the window into the mask, and is faithful.
-    assert max(alone_gaps(model, hf_causal_lm(model, packing="mask"), ids, documents, positions)) < FAITHFUL
+    adapted = hf_causal_lm(model, packing="mask")
+    assert max(alone_gaps(model, adapted, ids, documents, positions)) < FAITHFUL
+    assert assert_faithful(adapted, ids, documents, positions).passed
 
 
 # --- GPT-2, a block-diagonal mask and positions counted straight through -----------------------------
@@ -169,14 +230,11 @@ def test_gpt2_with_straight_positions_is_isolated_but_a_shorter_neighbour_moves_
     model = model_of("gpt2", "sdpa")
     model_fn = straight_positions_with_mask(model)
     # Token perturbation sees nothing: the mask keeps documents apart.
-    assert assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)[0].passed
-    # assert_isolated's boundary moves (on by default) see the neighbour move, and say so.
-    with pytest.raises(AssertionError, match=r"one token (shorter|longer) \(document \d+ then starts at"):
-        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+    assert assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False).passed
     # Each document alone: only the first, which starts at position 0 anyway, equals itself.
-    _assert_leaks_established(alone_gaps(model, model_fn, ids, documents, positions))
-    # Boundary moved (#14b's isolation[boundaries] builds this check): document 2 one token shorter,
-    # document 3 compared at the same relative positions.
+    gaps = alone_gaps(model, model_fn, ids, documents, positions)
+    _assert_leaks_established(gaps)
+    # Boundary moved, by hand: document 2 one token shorter, document 3 compared at the same relative positions.
     shorter_ids, shorter_documents = one_token_shorter(ids, documents, 2)
     with torch.no_grad():
         before = model_fn(ids, documents, None)[0, documents[0] == 3]
@@ -187,12 +245,18 @@ def test_gpt2_with_straight_positions_is_isolated_but_a_shorter_neighbour_moves_
         before = restarting(ids, documents, None)[0, documents[0] == 3]
         after = restarting(shorter_ids, shorter_documents, None)[0, shorter_documents[0] == 3]
         assert (before - after).abs().max() < FAITHFUL
+    # The certificates see both: isolation[boundaries] names the move, faithful the largest difference.
+    with pytest.raises(AssertionError, match=r"one token shorter .* moved document \d+'s outputs by .*"
+                                             r"depend on where it starts in the row"):
+        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+    with pytest.raises(AssertionError, match=rf"differs from the same document run alone by {max(gaps):.3g}"):
+        assert_faithful(model_fn, ids, documents, positions)
 
 
 # --- BERT: an encoder ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+@pytest.mark.parametrize("implementation", ["sdpa", pytest.param("eager", marks=pytest.mark.slow)])
 def test_bert_ignores_packed_position_ids_and_the_harness_says_pass_a_4d_mask(implementation, batch):
     # transformers' BERT builds its mask with create_bidirectional_mask, which never calls
     # find_packed_sequence_indices: packed position_ids reset the position embeddings but every
@@ -206,11 +270,11 @@ def test_bert_ignores_packed_position_ids_and_the_harness_says_pass_a_4d_mask(im
     gaps = alone_gaps(model, model_fn, ids, documents, positions)
     assert min(gaps) > 10 * FAITHFUL, gaps  # bidirectional: every document, the first too, reads the others
     with pytest.raises(AssertionError, match=r"BertForMaskedLM is an encoder.*packing='mask'"):
-        assert_isolated(model_fn, ids, documents, positions, vocab=128)
+        assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)
     # adapt() gives an encoder the 4D document mask with no tril: isolated and faithful.
-    adapted = adapt(model)
-    assert max(alone_gaps(model, adapted, ids, documents, positions)) < FAITHFUL
-    assert assert_isolated(model, ids, documents, positions)[0].passed
+    assert assert_isolated(model, ids, documents, positions).passed
+    assert assert_faithful(model, ids, documents, positions).largest <= FAITHFUL
+    assert assert_gradients_isolated(model, ids, documents, positions).passed
 
 
 def test_every_row_of_the_docs_table_names_a_test_that_exists():
@@ -221,7 +285,7 @@ def test_every_row_of_the_docs_table_names_a_test_that_exists():
     page = (here.parent.parent / "docs" / "harness.md").read_text()
     table = page[page.index("## Certify a Hugging Face model"):page.index("## Without pytest")]
     rows = [line for line in table.splitlines() if line.startswith("| ") and not line.startswith("| setup")]
-    assert len(rows) == 8
+    assert len(rows) == 11
     for row in rows:
         cell = row.rstrip(" |").rsplit("|", 1)[-1]
         names = re.findall(r"`(?:(test_\w+)\.py::)?(test_\w+)`", cell)
