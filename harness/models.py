@@ -32,10 +32,11 @@ from .certificates import model_subject
 _MARKED: dict[str, Any] = {}
 
 
-def marker_subject(settings: Any) -> Any:
+def marker_subject(config: pytest.Config, settings: Any) -> Any:
     """The subject of a test marked ``tensorcad(model=...)``: made once a session for each settings."""
     import json
 
+    settings = item_settings(config, settings, settings.model)  # the ini's collator unless the marker names one
     key = json.dumps(settings.to_json(), sort_keys=True, default=str)
     if key not in _MARKED:
         try:

@@ -124,7 +124,7 @@ def tensorcad_batch(request: pytest.FixtureRequest, tensorcad_settings):
     if isinstance(request.node, ModelCheck) or "tensorcad_certificate_name" in request.fixturenames:
         return None
     if tensorcad_settings.model is not None:
-        return marker_subject(tensorcad_settings).batch
+        return marker_subject(request.config, tensorcad_settings).batch
     design = request.getfixturevalue("tensorcad_design")
     return draw_batch(scaled_design(design, tensorcad_settings.params), tensorcad_settings)
 
@@ -147,7 +147,7 @@ def tensorcad_model(request: pytest.FixtureRequest, tensorcad_settings, tensorca
     from .models import marker_subject
 
     if tensorcad_settings.model is not None:
-        return marker_subject(tensorcad_settings).model_fn
+        return marker_subject(request.config, tensorcad_settings).model_fn
     design = request.getfixturevalue("tensorcad_design")
     return build_model(design, tensorcad_settings, tensorcad_form)
 

@@ -19,7 +19,6 @@ MODELS = """
 
     import torch
     import torch.nn as nn
-    import transformers
 
 
     class Masked(nn.Module):
@@ -46,6 +45,8 @@ MODELS = """
 
 
     def llama():
+        import transformers  # here, not above: only this factory's child pays for importing it
+
         torch.manual_seed(0)
         config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
                                           num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=128)
@@ -61,6 +62,8 @@ MODELS = """
 
 
     def collator():
+        import transformers
+
         return transformers.DataCollatorWithFlattening(return_position_ids=True)
 
 
