@@ -19,6 +19,7 @@ generated model) is checked in its eager form there, and the result says so.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -104,14 +105,12 @@ def modules_of(model_fn: Any) -> list[nn.Module]:
     add(model_fn)
     for name in ("module", "model", "__self__", "__wrapped__"):
         add(getattr(model_fn, name, None))
-    for cell in getattr(model_fn, "__closure__", None) or ():
-        try:
-            add(cell.cell_contents)
-        except ValueError:  # an empty cell
-            pass
-    code, names = getattr(model_fn, "__code__", None), getattr(model_fn, "__globals__", {})
-    for name in getattr(code, "co_names", ()):
-        add(names.get(name))
+    try:
+        names = inspect.getclosurevars(model_fn)  # what the function's code reads from its closure and globals
+    except TypeError:  # not a Python function (a module, a callable object)
+        return found
+    for value in (*names.nonlocals.values(), *names.globals.values()):
+        add(value)
     return found
 
 

@@ -201,6 +201,17 @@ def test_gpt2_with_a_block_diagonal_mask_and_positions_through_the_row(hf_batch)
     assert faithful.value.report.worst().largest > 0.1
     assert assert_gradients_isolated(model_fn, *hf_batch).passed  # the mask holds in the backward too
 
+    # The same verdicts from the registry's checks, what the collected items run.
+    from harness.certificates import alone_function
+    from tensorcad.runtime.certification import MODEL_CHECKS, run_check
+    from tensorcad.runtime.model_subject import ModelSubject
+    from tensorcad.runtime.settings import Settings
+
+    subject = ModelSubject(model_fn, Settings(sample=6), given_batch=hf_batch, alone=alone_function(model_fn, model_fn))
+    status = {name: run_check(subject, name).status for name in MODEL_CHECKS}
+    assert status == {"isolation": "passed", "isolation[boundaries]": "failed", "faithful": "failed",
+                      "isolation[gradients]": "passed"}
+
 
 def test_mistral_adapted_with_its_window_is_faithful(hf_batch):
     from harness import hf_causal_lm
