@@ -28,16 +28,12 @@ def reachable_hf_models(model_fn: Any) -> list[Any]:
     seen: list[Any] = []
     candidates = [model_fn, getattr(model_fn, "model", None)]
     function = getattr(model_fn, "__func__", model_fn)
-    for cell in getattr(function, "__closure__", None) or ():
-        try:
-            candidates.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            pass
-    candidates.extend(getattr(function, "__defaults__", None) or ())
-    try:  # the globals its code names (a wrapper beside the model it calls), read without module internals
-        candidates.extend(inspect.getclosurevars(function).globals.values())
-    except TypeError:  # not a Python function
-        pass
+    if inspect.isfunction(function):
+        # What the function's code names: its closure, the module-level names it reads, its defaults.
+        names = inspect.getclosurevars(function)
+        candidates.extend(names.nonlocals.values())
+        candidates.extend(names.globals.values())
+        candidates.extend(function.__defaults__ or ())
     for candidate in candidates:
         if is_hf_model(candidate) and not any(candidate is s for s in seen):
             seen.append(candidate)

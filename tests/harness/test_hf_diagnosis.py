@@ -52,3 +52,16 @@ def test_a_positional_call_is_read_by_the_forwards_own_names(llama):
 
     with pytest.raises(AssertionError, match=r"drop the all-ones attention_mask"):
         assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)
+
+
+GLOBAL_LLAMA = None
+
+
+def test_a_model_the_function_reads_from_its_module_is_found(llama):
+    global GLOBAL_LLAMA
+    GLOBAL_LLAMA = llama
+
+    def model_fn(ids, documents, positions):
+        return GLOBAL_LLAMA(input_ids=ids).logits
+
+    assert reachable_hf_models(model_fn) == [llama]
