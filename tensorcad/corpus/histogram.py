@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -258,7 +259,7 @@ def _text_list(lines, name: str) -> Lengths:
     return _listed(items(), name)
 
 
-def _npy_list(path: Path, name: str) -> Lengths:
+def _npy_list(path: Path | BinaryIO, name: str) -> Lengths:
     try:
         array = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as e:
@@ -278,7 +279,7 @@ def _npy_list(path: Path, name: str) -> Lengths:
     return Lengths.of(array, name)
 
 
-def _parquet_list(path: Path, name: str, column: str | None) -> Lengths:
+def _parquet_list(path: Path | BinaryIO, name: str, column: str | None) -> Lengths:
     try:
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
@@ -344,6 +345,31 @@ def load_lengths(file: str | Path, column: str | None = None) -> Lengths:
         raise TensorcadError(name, "is not UTF-8 text") from None
     except OSError as e:
         raise TensorcadError(name, f"cannot read: {e.strerror}") from None
+
+
+def lengths_from_bytes(data: bytes, name: str, column: str | None = None) -> Lengths:
+    """What ``load_lengths`` reads from a file named ``name``, from its bytes (the editor's upload).
+
+    The same formats by the same suffixes, and the same errors, naming
+    ``name`` and the line or element; nothing is written to disk.
+    """
+    import io
+
+    if not data:
+        raise TensorcadError(name, "is empty")
+    suffix = Path(name).suffix.lower()
+    if suffix == ".npy":
+        return _npy_list(io.BytesIO(data), name)
+    if suffix == ".parquet":
+        return _parquet_list(io.BytesIO(data), name, column)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TensorcadError(name, "is not UTF-8 text") from None
+    if suffix == ".json":
+        return _json_histogram(text, name)
+    lines = text.splitlines()
+    return _csv_histogram(lines, name) if suffix == ".csv" else _text_list(lines, name)
 
 
 def write_histogram(lengths: Lengths, file: str | Path) -> None:

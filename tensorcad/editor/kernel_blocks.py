@@ -1,0 +1,55 @@
+"""The preview's overlay: which 128 x 128 blocks of the row the kernel skips, computes whole, or masks.
+
+A block-sparse kernel (FlexAttention) visits the score matrix a block at a
+time: it skips a block the mask removes entirely, computes a block it keeps
+entirely, and computes and then masks a block that straddles an edge. The
+verdicts are the engine's own: ``analysis.tiles.tile_verdicts`` for each
+block of the sampled row (what the harness holds to FlexAttention's
+``BlockMask``), and the counts ``analysis.tiles.count_row_blocks``, the
+coarse-to-fine counter the report's block figures come from. A test holds
+the two to each other.
+
+Every block is drawn while the row has at most ``MAX_DRAWN`` blocks a side
+(32,768 tokens at 128); past that a block is under two pixels of the
+preview, so only the counts are sent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorcad.analysis.tiles import count_row_blocks, tile_verdicts
+from tensorcad.design.model import Attention
+
+from .preview import SampledRow
+
+MAX_DRAWN = 256
+# One letter a block, a string a query block: small to send, plain to read in a test.
+SKIPPED, WHOLE, MASKED = "s", "f", "p"
+
+
+def _head_index(heads_decided: int, head: int) -> int:
+    """The verdicts hold one head when the mask does not read ``h``; else the preview's head."""
+    return 0 if heads_decided == 1 else head
+
+
+def block_overlay(attention: Attention, row: SampledRow, block: int, head: int = 0) -> dict:
+    """The blocks of ``row`` as the kernel visits them: counts always, each block's verdict when drawable."""
+    documents, positions = row.documents[None, :], row.positions[None, :]
+    seq = len(row.documents)
+    n = -(-seq // block)
+    counted = count_row_blocks(attention, documents, positions, block=block)
+    h = _head_index(counted.full.shape[1], head)
+    whole = int(counted.full[0, h].sum())
+    masked = int(counted.partial[0, h].sum())
+    out = {"block": block, "blocks": n, "total": n * n,
+           "counts": {"skipped": n * n - whole - masked, "whole": whole, "masked": masked},
+           "drawn": n <= MAX_DRAWN, "states": None}
+    if n <= MAX_DRAWN:
+        full, partial = tile_verdicts(attention, documents, positions, block=block)
+        h = _head_index(full.shape[1], head)
+        letters = np.full((n, n), SKIPPED)
+        letters[partial[0, h]] = MASKED
+        letters[full[0, h]] = WHOLE
+        out["states"] = ["".join(line) for line in letters]
+    return out
