@@ -182,7 +182,7 @@ def presets() -> dict:
                     "description": d.source.get("description", "")})
     return {"presets": out, "hardware": list(HARDWARE), "shardings": list(SHARDINGS), "defaults": {
         "hardware": DEFAULTS["hardware"], "gpus": DEFAULTS["gpus"], "mfu": DEFAULTS["mfu"],
-        "pricePerGpuHour": DEFAULTS["price"]}}
+        "pricePerGpuHour": DEFAULTS["price"], "shard": DEFAULT_SHARD}}
 
 
 def design(name: Any) -> dict:

@@ -1,6 +1,8 @@
-// tensorcad editor: the page's logic. Plain JavaScript, no build step, nothing fetched
-// from anywhere but this server. The server does every count; this file only asks and draws.
-"use strict";
+// tensorcad editor: the page's logic. Plain JavaScript modules, no build step, nothing fetched
+// from anywhere but this server. The server does every count; these files only ask and draw.
+import { $, binaryBytes, call, duration, el, fixed, int, percent, si } from "./dom.js";
+import { DesignView } from "./design-view.js";
+import { renderChart, renderPreview, renderRanks } from "./drawings.js";
 
 const OP_KEY = "tensorcad.op";          // the operating point, kept across visits
 const DESIGN_KEY = "tensorcad.design";  // the text being edited, kept across visits
@@ -8,77 +10,17 @@ const PRESET_KEY = "tensorcad.preset";
 const CELLS = 128;                      // the preview's grid: CELLS x CELLS cells
 const DEBOUNCE_MS = 350;
 
-const $ = (id) => document.getElementById(id);
-
 const state = {
   presets: [],
   defaults: {},
-  op: { seq: 8192, hardware: null, gpus: null, mfu: null, pricePerGpuHour: null, packing: null },
+  op: { seq: 8192, hardware: null, gpus: null, mfu: null, pricePerGpuHour: null, packing: null, cp: null },
+  lengths: null,        // an uploaded lengths file, as the server read it: {name, histogram, summary}
   described: null,      // the last design the server accepted: inputs, attentions
   attention: 0,
   generation: 0,        // answers to older edits are dropped
   timer: null,
+  view: null,           // the design view (tree, inspector, history)
 };
-
-// -- talking to the server -----------------------------------------------------
-
-async function call(method, path, body) {
-  const init = { method, headers: {} };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  const response = await fetch(path, init);
-  let data;
-  try {
-    data = await response.json();
-  } catch (e) {
-    data = { error: `the server answered ${response.status} without JSON`, path: "" };
-  }
-  return { ok: response.ok, status: response.status, data };
-}
-
-// -- numbers as people read them -------------------------------------------------
-
-const int = (x) => Math.round(x).toLocaleString("en-US");
-const fixed = (x, digits) => x.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
-
-function si(x, unit) {
-  for (const [prefix, scale] of [["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]]) {
-    if (Math.abs(x) >= scale) return `${fixed(x / scale, 2)} ${prefix}${unit}`;
-  }
-  return `${fixed(x, 2)} ${unit}`;
-}
-
-// Memory in binary units, as the CLI prints it (tensorcad/format.py).
-function binaryBytes(n) {
-  for (const [unit, scale] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
-    if (Math.abs(n) >= scale) return `${fixed(n / scale, 2)} ${unit}`;
-  }
-  return `${int(n)} B`;
-}
-
-function duration(seconds) {
-  if (seconds >= 2 * 86400) return `${fixed(seconds / 86400, 1)} days`;
-  if (seconds >= 3600) return `${fixed(seconds / 3600, 1)} hours`;
-  if (seconds >= 60) return `${fixed(seconds / 60, 1)} minutes`;
-  return `${fixed(seconds, seconds >= 1 ? 1 : 3)} s`;
-}
-
-const percent = (x) => `${fixed(100 * x, 1)}%`;
-
-// -- small DOM helpers (text only: nothing the server says is read as HTML) ------
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value;
-    else if (key.startsWith("data-")) node.setAttribute(key, value);
-    else node[key] = value;
-  }
-  for (const child of children) node.append(child instanceof Node ? child : String(child));
-  return node;
-}
 
 function showError(target, error) {
   const line = $(target);
@@ -105,7 +47,7 @@ function setStatus(text, busy = false) {
 }
 
 function markStale(stale) {
-  for (const id of ["readout", "rules", "walkthrough", "preview"]) $(id).classList.toggle("stale", stale);
+  for (const id of ["readout", "rules", "walkthrough", "preview", "blocks", "chart-box", "ranks"]) $(id).classList.toggle("stale", stale);
 }
 
 // -- the operating point -----------------------------------------------------------
@@ -128,13 +70,18 @@ function readOpForm() {
   state.op.gpus = numberOrNull($("gpus"), true);
   state.op.mfu = numberOrNull($("mfu"), false);
   state.op.pricePerGpuHour = numberOrNull($("price"), false);
-  if ($("pack").checked) {
+  if ($("pack").checked && state.lengths) {
+    // A lengths file replaces the mean and spread: the engine reads both off the histogram.
+    state.op.packing = { lengths: state.lengths.histogram, strategy: $("strategy").value || "stream" };
+  } else if ($("pack").checked) {
     // An empty spread is sent as null: a mean alone gets spread 1, as on the command line.
     state.op.packing = { mean: numberOrNull($("docs"), false), spread: numberOrNull($("spread"), false),
                          strategy: $("strategy").value || "stream" };
   } else {
     state.op.packing = null;
   }
+  const size = $("cp-size").value;
+  state.op.cp = size ? { size: Number(size), shard: $("cp-shard").value } : null;
 }
 
 function defaultDocs() {
@@ -150,9 +97,12 @@ function writeOpForm() {
   $("mfu").value = op.mfu ?? state.defaults.mfu ?? "";
   $("price").value = op.pricePerGpuHour ?? state.defaults.pricePerGpuHour ?? "";
   $("pack").checked = op.packing !== null;
-  $("docs").value = op.packing ? op.packing.mean : "";
-  $("spread").value = op.packing ? op.packing.spread : "";
+  const lengths = op.packing && op.packing.lengths ? state.lengths : null;
+  $("docs").value = lengths ? fixed(lengths.summary.mean, 0).replace(/,/g, "") : (op.packing ? op.packing.mean ?? "" : "");
+  $("spread").value = lengths ? lengths.summary.spread.toFixed(2) : (op.packing ? op.packing.spread ?? "" : "");
   $("strategy").value = (op.packing && op.packing.strategy) || "stream";
+  $("cp-size").value = op.cp ? String(op.cp.size) : "";
+  $("cp-shard").value = op.cp ? op.cp.shard : (state.defaults.shard || "headtail");
   showPacking();
 }
 
@@ -162,9 +112,18 @@ function showPacking() {
   const documents = state.described ? state.described.documents : false;
   const packed = state.op.packing !== null;
   $("packing").hidden = !(documents || packed);
-  $("docs").disabled = !packed;
-  $("spread").disabled = !packed;
+  const fromFile = packed && state.lengths !== null && state.op.packing.lengths !== undefined;
+  $("docs").disabled = !packed || fromFile;
+  $("spread").disabled = !packed || fromFile;
   $("strategy").disabled = !packed;
+  $("lengths-file").disabled = !packed;
+  $("lengths-readout").hidden = !fromFile;
+  if (fromFile) {
+    const s = state.lengths.summary;
+    $("lengths-name").textContent = `${state.lengths.name}: ${int(s.documents)} documents, mean ${fixed(s.mean, 1)}, `
+      + `spread ${fixed(s.spread, 2)}, p99 ${int(s.p99)}, max ${int(s.max)}. `;
+  }
+  $("cp-shard").disabled = !$("cp-size").value;
   let note = "";
   if (packed && !documents) note = "This design has no documents input: the packing changes nothing. Untick to take it off.";
   else if (!packed) note = "Off: one document fills each row.";
@@ -196,6 +155,11 @@ async function restoreOp() {
     localStorage.removeItem(OP_KEY);
     return;
   }
+  if (op.packing && op.packing.lengths) {
+    // The file's name and summary are not stored: the engine reads the histogram again.
+    const read = answer.data.op.packing;
+    state.lengths = { name: "stored lengths", histogram: op.packing.lengths, summary: read.lengths };
+  }
   state.op = op;
   storeOp();
 }
@@ -220,6 +184,7 @@ async function loadPreset(name) {
   localStorage.setItem(PRESET_KEY, name);
   localStorage.setItem(DESIGN_KEY, $("design").value);
   state.attention = 0;
+  state.view.load($("design").value);
   writeOpForm();
   storeOp();
   await update();
@@ -246,6 +211,7 @@ async function update() {
     showError(onOp ? "op-error" : "design-error", answer.data);
     showError(onOp ? "design-error" : "op-error", null);
     $("design").classList.toggle("invalid", !onOp);
+    state.view.judged(onOp ? null : answer.data);
     markStale(true);
     setStatus(onOp ? "the operating point is refused" : "the design is refused; your text is kept");
     document.body.dataset.state = "error";
@@ -254,21 +220,25 @@ async function update() {
   showError("design-error", null);
   showError("op-error", null);
   $("design").classList.remove("invalid");
+  state.view.judged(null);
   state.described = answer.data.design;
   if (state.attention >= state.described.attentions.length) state.attention = 0;
   showPacking();
   renderReadout(answer.data.report);
+  renderRanks(answer.data.report);
   renderWalkthrough(answer.data.walkthrough);
   renderAttentions();
-  const [rules, preview] = await Promise.all([
+  const [rules, preview, chart] = await Promise.all([
     call("POST", "/api/rules", { text, op }),
     state.described.attentions.length
       ? call("POST", "/api/preview", { text, op, attention: state.attention, cells: CELLS })
       : Promise.resolve(null),
+    call("POST", "/api/chart", { text, op }),
   ]);
   if (generation !== state.generation) return;
   renderRules(rules);
   renderPreview(preview);
+  renderChart(chart);
   markStale(false);
   setStatus(`analysed in ${fixed((performance.now() - started) / 1000, 2)} s`);
   document.body.dataset.state = "ready";
@@ -365,56 +335,31 @@ function renderAttentions() {
   $("attention-pick").hidden = list.length < 2;
 }
 
-// -- the mask preview ------------------------------------------------------------------
+// -- a lengths file -------------------------------------------------------------------
 
-function shade(fraction) {
-  // White (nothing kept) to the accent blue (everything kept), linear in the fraction.
-  const mix = (from, to) => Math.round(from + (to - from) * fraction);
-  return `rgb(${mix(255, 31)}, ${mix(255, 78)}, ${mix(255, 156)})`;
-}
-
-function renderPreview(answer) {
-  const canvas = $("preview");
-  const context = canvas.getContext("2d");
-  context.fillStyle = "#fff";
-  context.fillRect(0, 0, canvas.width, canvas.height);
-  const caption = $("preview-caption");
-  if (!answer) {
-    caption.textContent = "no attention to preview";
-    canvas.dataset.state = "empty";
-    return;
-  }
+// The file's bytes go to the server, which reads them as `--pack-lengths` reads a file (by its
+// suffix: a JSON or CSV histogram, a text, .npy or Parquet list); the page keeps the histogram.
+async function readLengthsFile() {
+  const file = $("lengths-file").files[0];
+  if (!file) return;
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  setStatus(`reading ${file.name}…`, true);
+  const answer = await call("POST", "/api/lengths", { name: file.name, base64: btoa(binary) });
   if (!answer.ok) {
-    caption.textContent = answer.data.error;
-    canvas.dataset.state = "error";
+    showError("op-error", answer.data);
+    $("lengths-file").value = "";
+    setStatus("the lengths file is refused");
+    document.body.dataset.state = "error";
     return;
   }
-  const p = answer.data;
-  const n = p.cells;
-  const edge = (i) => Math.round((i * canvas.width) / n);
-  let kept = 0;
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < n; j++) {
-      const f = p.fractions[i][j];
-      if (f <= 0) continue;
-      kept++;
-      context.fillStyle = shade(f);
-      context.fillRect(edge(j), edge(i), edge(j + 1) - edge(j), edge(i + 1) - edge(i));
-    }
-  }
-  canvas.dataset.state = "drawn";
-  canvas.dataset.cells = String(n);
-  canvas.dataset.keptCells = String(kept);
-  canvas.dataset.sample = p.sample;
-
-  const what = p.sampled
-    ? `${p.packing.mean.toLocaleString("en-US")}-token documents, spread ${p.packing.spread}: ${p.documents} documents or pieces`
-    : "no packing";
-  const exact = p.exact ? "exact counts" : `estimated from every ${p.stride}th query and key`;
-  caption.replaceChildren(
-    el("b", { id: "preview-sample" }, p.sample), ` of ${int(p.seq)} tokens (${what}). `,
-    `${n} × ${n} cells of ${int(p.cellTokens)} tokens; the shade is the fraction of scores kept (${exact}). `,
-    `Keeps ${p.keeps}.`);
+  showError("op-error", null);
+  state.lengths = answer.data;
+  readOpForm();
+  writeOpForm();
+  storeOp();
+  await update();
 }
 
 // -- wiring -----------------------------------------------------------------------------
@@ -423,6 +368,13 @@ async function start() {
   const presets = await call("GET", "/api/presets");
   state.presets = presets.data.presets;
   state.defaults = presets.data.defaults;
+  $("cp-shard").replaceChildren(...presets.data.shardings.map((h) => el("option", { value: h }, h)));
+  state.view = new DesignView((text) => {
+    localStorage.setItem(DESIGN_KEY, text);
+    localStorage.removeItem(PRESET_KEY);
+    $("preset").value = "";
+    schedule();
+  });
   for (const p of state.presets) $("preset").append(el("option", { value: p.name }, p.name));
   $("hardware").replaceChildren(...presets.data.hardware.map((h) => el("option", { value: h }, h)));
   call("GET", "/api/catalog").then((answer) => { if (answer.ok) $("catalog").textContent = answer.data.text; });
@@ -432,12 +384,14 @@ async function start() {
 
   $("preset").addEventListener("change", () => { if ($("preset").value) loadPreset($("preset").value); });
   $("design").addEventListener("input", () => {
+    state.view.typed($("design").value);
     localStorage.setItem(DESIGN_KEY, $("design").value);
     localStorage.removeItem(PRESET_KEY);
     $("preset").value = "";
     schedule();
   });
   $("op").addEventListener("input", (event) => {
+    if (event.target === $("lengths-file")) return;  // read on "change", by readLengthsFile
     if (event.target === $("pack") && $("pack").checked) {
       if (!$("docs").value) $("docs").value = defaultDocs();
       if (!$("spread").value) $("spread").value = 1;   // real corpora vary: spread starts at 1
@@ -448,6 +402,18 @@ async function start() {
     schedule();
   });
   $("op").addEventListener("submit", (event) => event.preventDefault());
+  $("lengths-file").addEventListener("change", readLengthsFile);
+  $("lengths-clear").addEventListener("click", () => {
+    state.lengths = null;
+    $("lengths-file").value = "";
+    readOpForm();
+    writeOpForm();
+    storeOp();
+    schedule();
+  });
+  $("show-blocks").addEventListener("change", () => {
+    $("blocks").hidden = !$("show-blocks").checked || $("blocks").dataset.state !== "drawn";
+  });
   $("attention").addEventListener("change", () => {
     state.attention = Number($("attention").value);
     update();
@@ -457,6 +423,7 @@ async function start() {
   const storedText = localStorage.getItem(DESIGN_KEY);
   if (initial.ok && initial.data.design) {
     $("design").value = JSON.stringify(initial.data.design, null, 2);
+    state.view.load($("design").value);
     // A design opened from the command line is analysed at its own context, as a preset is.
     state.op.seq = initial.data.context;
     writeOpForm();
@@ -464,6 +431,7 @@ async function start() {
     await update();
   } else if (storedText) {
     $("design").value = storedText;
+    state.view.load(storedText);
     $("preset").value = localStorage.getItem(PRESET_KEY) || "";
     await update();
   } else {
