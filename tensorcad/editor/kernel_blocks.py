@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorcad.analysis.tiles import count_row_blocks, tile_verdicts
+from tensorcad.analysis.tiles import row_tile_counts, tile_verdicts
 from tensorcad.design.model import Attention
 
 from .preview import SampledRow
@@ -38,10 +38,10 @@ def block_overlay(attention: Attention, row: SampledRow, block: int, head: int =
     documents, positions = row.documents[None, :], row.positions[None, :]
     seq = len(row.documents)
     n = -(-seq // block)
-    counted = count_row_blocks(attention, documents, positions, block=block)
-    h = _head_index(counted.full.shape[1], head)
-    whole = int(counted.full[0, h].sum())
-    masked = int(counted.partial[0, h].sum())
+    full_counts, partial_counts = row_tile_counts(attention, documents, positions, block=block)
+    h = _head_index(full_counts.shape[1], head)
+    whole = int(full_counts[0, h].sum())
+    masked = int(partial_counts[0, h].sum())
     out = {"block": block, "blocks": n, "total": n * n,
            "counts": {"skipped": n * n - whole - masked, "whole": whole, "masked": masked},
            "drawn": n <= MAX_DRAWN, "states": None}
