@@ -73,6 +73,7 @@ def test_an_invalid_head_count_shows_its_error_at_the_field_and_undo_restores_it
     assert "invalid" in page.get_attribute(_field(HEADS), "class")
     assert "has-error" in page.get_attribute(f"#tree .item[data-path='{ATTENTION}']", "class")
     assert json.loads(page.input_value("#design")) == bad  # the JSON tab holds the same edit
+    _shot(page, "editor-inspector.png", "#design-pane")
 
     page.click("#undo")
     _settle(page)

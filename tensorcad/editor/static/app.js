@@ -265,7 +265,7 @@ function renderReadout(report) {
       k ? "one document a row" : "3 × forward; the cost counts from this");
   if (k) {
     row("packed train / token", "flops.packed.trainPerToken", k.trainPerToken, si(k.trainPerToken, "FLOP"),
-        `${op.packing.mean.toLocaleString("en-US")}-token documents, spread ${op.packing.spread}: the cost counts from this`, "sub packed");
+        `${op.packing.mean.toLocaleString("en-US", { maximumFractionDigits: 0 })}-token documents, spread ${+op.packing.spread.toFixed(2)}: the cost counts from this`, "sub packed");
     row("packed attention", "flops.packed.fwdAttention", k.fwdAttention, si(k.fwdAttention, "FLOP"),
         `${fixed(k.keysPerQuery, 1)} keys a query, ${percent(k.attentionShare)} of the forward pass`, "sub packed");
     row("in whole blocks", "flops.packed.blockRatio", k.blockRatio, `${fixed(k.blockRatio, 2)}×`,

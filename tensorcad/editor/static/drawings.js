@@ -57,7 +57,7 @@ export function renderPreview(answer) {
   renderBlocks(p.kernelBlocks, p.seq);
 
   const what = p.sampled
-    ? `${fixed(p.packing.mean, 0)}-token documents, spread ${fixed(p.packing.spread, 2)}: ${p.documents} documents or pieces`
+    ? `${fixed(p.packing.mean, 0)}-token documents, spread ${+p.packing.spread.toFixed(2)}: ${p.documents} documents or pieces`
     : "no packing";
   const exact = p.exact ? "exact counts" : `estimated from every ${p.stride}th query and key`;
   caption.replaceChildren(
@@ -112,7 +112,7 @@ function renderBlocks(blocks, seq) {
 
 // -- the chart -------------------------------------------------------------------------------------------
 
-const CHART = { width: 460, height: 150, left: 52, right: 12, top: 10, bottom: 26 };
+const CHART = { width: 460, height: 160, left: 52, right: 12, top: 22, bottom: 26 };
 
 function logScale(lo, hi, from, to) {
   const a = Math.log(lo), b = Math.log(hi);
@@ -143,7 +143,8 @@ function panel(root, answer, key, label, format, log) {
   for (const v of [lo, hi]) {
     svg(root, "text", { x: c.left - 5, y: y(v) + 4, class: "tick", "text-anchor": "end" }, format(v));
   }
-  svg(root, "text", { x: c.left + 6, y: c.top + 10, class: "label" }, label);
+  svg(root, "text", { x: c.left, y: 12, class: "label" }, label);
+  svg(root, "text", { x: c.width - c.right, y: 12, class: "tick", "text-anchor": "end" }, "mean document length, tokens →");
   svg(root, "polyline", { points: points.map((p) => `${x(p.mean)},${y(p[key])}`).join(" "), class: "curve" });
   for (const p of points) {
     const dot = svg(root, "circle", { cx: x(p.mean), cy: y(p[key]), r: 3.2, class: "point",
