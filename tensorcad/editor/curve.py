@@ -23,6 +23,9 @@ from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing
 
 SMALLEST = 64  # tokens: half a block, where the block ratio is already past 4x
+# Each point is a whole packed analysis; past this row length the dozen-odd of them take
+# tens of seconds an edit, so the chart is not drawn (the readout still is).
+MAX_SEQ = 1 << 17
 
 
 def means(seq: int) -> list[int]:
@@ -39,24 +42,35 @@ def _point(report: Report, mean: float) -> dict:
     return {"mean": mean, "keysPerQuery": packed["keysPerQuery"], "blockRatio": packed["blockRatio"]}
 
 
+def _empty(reason: str) -> dict:
+    return {"points": [], "current": None, "spread": None, "strategy": None, "lengths": False, "skipped": [],
+            "reason": reason}
+
+
 def curve(design: Design, op: OperatingPoint, analyze: Callable[[OperatingPoint], Report]) -> dict:
     """The chart's points; ``analyze`` is the editor's cached analysis of ``design`` at an operating point."""
     if not any(reads_documents(a) for a, _ in design.attentions()):
-        return {"points": [], "current": None, "spread": None, "strategy": None,
-                "reason": "no mask here reads the documents: packing changes nothing"}
+        return _empty("no mask here reads the documents: packing changes nothing")
+    if op.seq > MAX_SEQ:
+        return _empty(f"the chart is drawn for rows of up to {MAX_SEQ:,} tokens: each point is a whole "
+                      "packed analysis")
     packing = op.packing
+    # Keys a query and the block ratio depend on the row, the mask and the packing only: the
+    # cluster, price, budget and cp are dropped, so editing them reuses the points analysed before.
+    op = OperatingPoint(seq=op.seq, packing=packing, train_dtype=op.train_dtype, serve_dtype=op.serve_dtype,
+                        seed=op.seed, block=op.block, count=op.count)
     spread = 1.0 if packing is None else packing.spread
     strategy = "stream" if packing is None else packing.strategy
     points, skipped = [], []
     for mean in means(op.seq):
         try:
-            at = replace(op, packing=Packing(float(mean), spread, strategy=strategy), cp=None)
+            at = replace(op, packing=Packing(float(mean), spread, strategy=strategy))
             points.append(_point(analyze(at), float(mean)))
         except TensorcadError as e:  # past the analysis budget at this mean: said, not drawn
             skipped.append({"mean": mean, "error": str(e)})
     current = None
     if packing is not None:
-        report = analyze(replace(op, cp=None))
+        report = analyze(op)
         if report.packed is not None:
             current = _point(report, packing.mean)
     return {"points": points, "current": current, "spread": spread, "strategy": strategy,

@@ -99,6 +99,15 @@ def test_the_chart_of_a_design_whose_masks_read_no_documents_is_empty_with_the_r
     assert chart["points"] == [] and "packing changes nothing" in chart["reason"]
 
 
+def test_past_the_chart_s_row_length_the_chart_says_why_and_the_readout_stands():
+    from tensorcad.editor.curve import MAX_SEQ
+
+    op = {"seq": 2 * MAX_SEQ, "packing": {"mean": 4096}}
+    chart = api.chart({"design": DOCS, "op": op})
+    assert chart["points"] == [] and f"{MAX_SEQ:,} tokens" in chart["reason"]
+    assert "packed" in api.analyze({"design": DOCS, "op": op})["report"]["flops"]
+
+
 def _upload(name: str, data: bytes) -> dict:
     return api.lengths({"name": name, "base64": base64.b64encode(data).decode()})
 
