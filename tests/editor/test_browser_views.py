@@ -246,3 +246,23 @@ def test_a_lengths_file_packs_as_pack_lengths_does(page, tmp_path):
     page.set_input_files("#lengths-file", str(bad))
     page.wait_for_selector("#op-error:not([hidden])")
     assert "bad.txt:2" in page.inner_text("#op-error")
+
+
+def test_the_json_tab_and_the_tree_are_one_design_with_one_history(page):
+    _pick(page, DOCS)
+    original = page.input_value("#design")
+    page.click("#tab-json")
+    design = json.loads(original)
+    design["nodes"][1]["params"]["repeat"] = 4
+    page.fill("#design", json.dumps(design, indent=2))
+    _settle(page)
+    page.click("#tab-blocks")
+    assert page.inner_text("#tree .item[data-path='nodes[1].params'] .label") == "layers ×4"
+    assert int(page.get_attribute("td.value[data-field='params.total']", "data-value")) == \
+        api.analyze({"design": design})["report"]["params"]["total"]
+    page.keyboard.press("Control+Z")
+    _settle(page)
+    assert page.input_value("#design") == original
+    assert page.inner_text("#tree .item[data-path='nodes[1].params'] .label") == "layers ×32"
+    page.uncheck("#show-blocks")
+    assert page.locator("#blocks").is_hidden() and page.locator("#preview").is_visible()
