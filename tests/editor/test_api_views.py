@@ -132,6 +132,18 @@ def test_an_uploaded_lengths_file_is_read_as_pack_lengths_reads_it(tmp_path):
     assert report["report"]["flops"] == engine.to_json()["flops"]
 
 
+def test_an_uploaded_parquet_column_is_read_as_pack_lengths_reads_it(tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa
+
+    from tensorcad.corpus.histogram import load_lengths
+
+    path = tmp_path / "docs.parquet"
+    pq.write_table(pa.table({"length": [5, 5, 300, 9000]}), path)
+    answer = _upload("docs.parquet", path.read_bytes())
+    assert answer["histogram"] == load_lengths(path).to_json() == {"5": 2, "300": 1, "9000": 1}
+
+
 @pytest.mark.parametrize("body, path", [
     ({"name": "x.txt", "base64": base64.b64encode(b"100\n-2\n").decode()}, "x.txt:2"),
     ({"name": "x.csv", "base64": base64.b64encode(b"1,2,3\n").decode()}, "x.csv:1"),
