@@ -182,7 +182,7 @@ def presets() -> dict:
                     "description": d.source.get("description", "")})
     return {"presets": out, "hardware": list(HARDWARE), "shardings": list(SHARDINGS), "defaults": {
         "hardware": DEFAULTS["hardware"], "gpus": DEFAULTS["gpus"], "mfu": DEFAULTS["mfu"],
-        "pricePerGpuHour": DEFAULTS["price"], "shard": DEFAULT_SHARD}}
+        "pricePerGpuHour": DEFAULTS["price"], "shard": DEFAULT_SHARD}, "maxUpload": MAX_UPLOAD}
 
 
 def design(name: Any) -> dict:
@@ -268,7 +268,7 @@ def chart(body: Any) -> dict:
     return packing_curve(d, op, lambda at: _report(key, at))
 
 
-MAX_UPLOAD = 3 * 1024 * 1024  # bytes of a lengths file, base64 in a request of at most server.MAX_BODY
+MAX_UPLOAD = 3_000_000  # bytes of a lengths file: base64 makes 4,000,000, inside server.MAX_BODY
 
 
 def lengths(body: Any) -> dict:

@@ -206,3 +206,10 @@ def test_the_new_endpoints_refuse_bodies_that_are_not_their_objects(endpoint, bo
 def test_the_presets_answer_lists_the_shardings():
     assert api.presets()["shardings"] == ["contiguous", "headtail", "per-document", "ptrr"]
     assert json.dumps(api.presets())  # every answer is plain JSON
+
+
+def test_the_largest_upload_fits_in_a_request_the_server_reads():
+    from tensorcad.editor.server import MAX_BODY
+
+    body = json.dumps({"name": "lengths.txt", "base64": base64.b64encode(b"7" * api.MAX_UPLOAD).decode()})
+    assert len(body) <= MAX_BODY and api.presets()["maxUpload"] == api.MAX_UPLOAD

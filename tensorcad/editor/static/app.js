@@ -15,6 +15,7 @@ const state = {
   presets: [],
   defaults: {},
   op: { seq: 8192, hardware: null, gpus: null, mfu: null, pricePerGpuHour: null, packing: null, cp: null },
+  maxUpload: 0,         // bytes of a lengths file the server reads
   lengths: null,        // an uploaded lengths file, as the server read it: {name, histogram, summary}
   described: null,      // the last design the server accepted: inputs, attentions
   attention: 0,
@@ -263,6 +264,12 @@ function renderAttentions() {
 async function readLengthsFile() {
   const file = $("lengths-file").files[0];
   if (!file) return;
+  if (file.size > state.maxUpload) {  // refused here rather than sent: the server would refuse it too
+    showError("op-error", { error: `${file.name} is ${int(file.size)} bytes; at most ${int(state.maxUpload)} here `
+      + "(write a histogram with `tensorcad lengths`, which is tiny)", path: "" });
+    $("lengths-file").value = "";
+    return;
+  }
   const bytes = new Uint8Array(await file.arrayBuffer());
   let binary = "";
   for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
@@ -289,6 +296,7 @@ async function start() {
   const presets = await call("GET", "/api/presets");
   state.presets = presets.data.presets;
   state.defaults = presets.data.defaults;
+  state.maxUpload = presets.data.maxUpload;
   $("cp-shard").replaceChildren(...presets.data.shardings.map((h) => el("option", { value: h }, h)));
   state.view = new DesignView((text) => {
     localStorage.setItem(DESIGN_KEY, text);
