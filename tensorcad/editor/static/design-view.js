@@ -117,6 +117,8 @@ export class DesignView {
     $("redo").addEventListener("click", () => this.step(1));
     document.addEventListener("keydown", (event) => {
       if (!(event.ctrlKey || event.metaKey) || event.altKey) return;
+      if (event.target instanceof Element && event.target.closest("#op")) return;  // the operating point's own fields
+
       const key = event.key.toLowerCase();
       if (key === "z" || key === "y") {
         event.preventDefault();  // the page's history, not the field's own: one history for both views
@@ -176,7 +178,7 @@ export class DesignView {
     }
     const tree = $("tree");
     if (!isObject(this.parsed)) {
-      tree.replaceChildren(el("li", { class: "none" }, "The JSON does not parse: fix it in the JSON tab."));
+      tree.replaceChildren(el("li", { class: "none" }, "The JSON does not parse as a design object: fix it in the JSON tab."));
       $("fields").replaceChildren();
       $("inspector-title").textContent = "";
       return;
