@@ -259,11 +259,33 @@ def _text_list(lines, name: str) -> Lengths:
     return _listed(items(), name)
 
 
+def _npy_promised_bytes(path: Path | BinaryIO) -> tuple[int, int]:
+    """The bytes a .npy header says its data holds, and the bytes there are after the header."""
+    from numpy.lib import format as npy
+
+    fp = path.open("rb") if isinstance(path, Path) else path
+    try:
+        start = fp.tell()
+        version = npy.read_magic(fp)
+        shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fp)
+        header_end = fp.tell()
+        end = fp.seek(0, 2)
+        fp.seek(start)
+    finally:
+        if isinstance(path, Path):
+            fp.close()
+    return math.prod(shape) * dtype.itemsize, end - header_end
+
+
 def _npy_list(path: Path | BinaryIO, name: str) -> Lengths:
     try:
-        array = np.load(path, allow_pickle=False)
+        promised, held = _npy_promised_bytes(path)
+        if promised <= held:
+            array = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as e:
         raise TensorcadError(name, f"not a .npy array: {e}") from None
+    if promised > held:  # numpy would allocate what the header promises before finding it missing
+        raise TensorcadError(name, f"its header promises {promised:,} bytes of lengths; it holds {held:,}")
     if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
         raise TensorcadError(name, f"expected a 1-D array of lengths, got {array.dtype} {array.shape}")
     if array.size == 0:

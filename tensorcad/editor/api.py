@@ -284,6 +284,8 @@ def lengths(body: Any) -> dict:
     name, data = body.get("name"), body.get("base64")
     if not isinstance(name, str) or not name.strip() or len(name) > 200:
         raise TensorcadError("name", "expected the file's name (its suffix says its format), at most 200 characters")
+    if not name.isprintable():
+        raise TensorcadError("name", "the file's name holds characters that are not printable")
     if not isinstance(data, str):
         raise TensorcadError("base64", "expected the file's bytes, base64-encoded")
     try:

@@ -213,3 +213,25 @@ def test_the_largest_upload_fits_in_a_request_the_server_reads():
 
     body = json.dumps({"name": "lengths.txt", "base64": base64.b64encode(b"7" * api.MAX_UPLOAD).decode()})
     assert len(body) <= MAX_BODY and api.presets()["maxUpload"] == api.MAX_UPLOAD
+
+
+def test_a_npy_header_promising_more_than_it_holds_is_refused_before_numpy_allocates_it(tmp_path):
+    from numpy.lib import format as npy
+
+    from tensorcad.corpus.histogram import load_lengths
+
+    header = io.BytesIO()
+    npy.write_array_header_1_0(header, {"descr": "<i8", "fortran_order": False, "shape": (10**13,)})
+    crafted = header.getvalue() + np.arange(1, 4, dtype="<i8").tobytes()
+    with pytest.raises(TensorcadError) as caught:
+        _upload("huge.npy", crafted)
+    assert caught.value.path == "huge.npy" and "promises 80,000,000,000,000 bytes" in caught.value.message
+    (tmp_path / "huge.npy").write_bytes(crafted)
+    with pytest.raises(TensorcadError, match="promises"):  # the command line's --pack-lengths too
+        load_lengths(tmp_path / "huge.npy")
+
+
+def test_an_upload_s_name_must_be_printable():
+    with pytest.raises(TensorcadError) as caught:
+        _upload("a\nb.txt", b"100\n")
+    assert caught.value.path == "name"
