@@ -129,6 +129,7 @@ function showPacking() {
   let note = "";
   if (packed && !documents) note = "This design has no documents input: the packing changes nothing. Untick to take it off.";
   else if (!packed) note = "Off: one document fills each row.";
+  else if (fromFile) note = "Training rows hold documents drawn from the file's lengths. Serving stays one document a sequence.";
   else note = "Training rows hold documents of this mean length (gamma lengths; spread 0 fixed, 1 exponential). Serving stays one document a sequence.";
   $("packing-note").textContent = note;
 }
@@ -145,11 +146,13 @@ async function restoreOp() {
   const op = Object.assign({}, state.op);
   for (const key of Object.keys(op)) if (key in stored) op[key] = stored[key];
   let answer = await call("POST", "/api/operating-point", { op });
-  if (!answer.ok && String(answer.data.path || "").startsWith("op.packing")) {
-    $("op-notice").textContent = `Dropped a stored packing the engine refuses (${answer.data.error}).`;
-    $("op-notice").hidden = false;
-    op.packing = null;
-    answer = await call("POST", "/api/operating-point", { op });
+  for (const [part, words] of [["packing", "packing"], ["cp", "context parallelism"]]) {
+    if (!answer.ok && String(answer.data.path || "").startsWith(`op.${part}`)) {
+      $("op-notice").textContent = `Dropped a stored ${words} the engine refuses (${answer.data.error}).`;
+      $("op-notice").hidden = false;
+      op[part] = null;
+      answer = await call("POST", "/api/operating-point", { op });
+    }
   }
   if (!answer.ok) {
     $("op-notice").textContent = `Dropped a stored operating point the engine refuses (${answer.data.error}).`;
