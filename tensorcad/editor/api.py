@@ -32,7 +32,7 @@ from tensorcad.packing import packing_of
 from tensorcad.rules import check
 
 from .curve import curve as packing_curve
-from .kernel_blocks import block_overlay
+from .kernel_blocks import block_overlay, rank_strip
 from .preview import DEFAULT_CELLS, mask_preview, sample_row
 from .walkthrough import walkthrough
 
@@ -258,6 +258,7 @@ def preview(body: Any) -> dict:
         "documentStarts": starts[:4096], "documents": len(starts) + 1,
         "fractions": [[round(float(x), 6) for x in line] for line in result.fractions],
         "kernelBlocks": blocks,
+        "cpRanks": None if op.cp is None else rank_strip(attention, row, op.cp, op.block),
     }
 
 

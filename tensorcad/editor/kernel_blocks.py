@@ -53,3 +53,31 @@ def block_overlay(attention: Attention, row: SampledRow, block: int, head: int =
         letters[full[0, h]] = WHOLE
         out["states"] = ["".join(line) for line in letters]
     return out
+
+
+def rank_strip(attention: Attention, row: SampledRow, cp, block: int) -> dict:
+    """Which context-parallel rank holds each query block of ``row``, and the blocks each then computes.
+
+    The engine's own assignment (``context_parallel.block_ranks``: contiguous,
+    head-tail, PTRR) over its own per-query-block counts; per-document
+    sharding lays the row's documents out afresh, so it has no one rank a
+    query block of this row.
+    """
+    from tensorcad.analysis.context_parallel import block_ranks, query_block_counts
+    from tensorcad.analysis.rows import Rows
+    from tensorcad.errors import TensorcadError
+
+    out = {"size": cp.size, "shard": cp.shard, "ranks": None, "blocks": None, "reason": None}
+    if cp.shard == "per-document":
+        out["reason"] = "per-document sharding cuts every document in chunks: no one rank holds a query block"
+        return out
+    try:
+        rows = Rows.from_arrays(row.documents[None, :], row.positions[None, :])
+        counts = query_block_counts(attention, rows, block)
+    except TensorcadError as e:  # a mask that differs by head: PyTorch's balancers need one mask
+        out["reason"] = e.message
+        return out
+    ranks = np.asarray(block_ranks(cp.shard, counts, cp.size))[0]
+    out["ranks"] = [int(r) for r in ranks]
+    out["blocks"] = [int(b) for b in np.bincount(ranks, weights=counts[0], minlength=cp.size)]
+    return out

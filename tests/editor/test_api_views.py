@@ -235,3 +235,25 @@ def test_an_upload_s_name_must_be_printable():
     with pytest.raises(TensorcadError) as caught:
         _upload("a\nb.txt", b"100\n")
     assert caught.value.path == "name"
+
+
+@pytest.mark.parametrize("shard", ["contiguous", "headtail", "ptrr"])
+def test_the_rank_strip_splits_exactly_the_blocks_the_row_computes(shard):
+    op = {"seq": 8192, "packing": {"mean": 700, "spread": 1}, "cp": {"size": 4, "shard": shard}}
+    answer = api.preview({"design": DOCS, "op": op})
+    strip, blocks = answer["cpRanks"], answer["kernelBlocks"]
+    assert len(strip["ranks"]) == blocks["blocks"] and set(strip["ranks"]) == {0, 1, 2, 3}
+    assert sum(strip["blocks"]) == blocks["counts"]["whole"] + blocks["counts"]["masked"]
+    # Each rank's blocks are the computed blocks of the query blocks it holds, read off the overlay.
+    computed = [sum(letter != "s" for letter in line) for line in blocks["states"]]
+    for rank in range(4):
+        assert strip["blocks"][rank] == sum(c for c, r in zip(computed, strip["ranks"]) if r == rank)
+    if shard != "ptrr":  # whole chunks of the row: 16 query blocks a rank
+        assert [strip["ranks"].count(r) for r in range(4)] == [16] * 4
+
+
+def test_per_document_sharding_has_no_strip_and_says_why():
+    op = {"seq": 8192, "packing": {"mean": 700}, "cp": {"size": 4, "shard": "per-document"}}
+    strip = api.preview({"design": DOCS, "op": op})["cpRanks"]
+    assert strip["ranks"] is None and "per-document" in strip["reason"]
+    assert api.preview({"design": DOCS, "op": {"seq": 8192}})["cpRanks"] is None

@@ -271,3 +271,33 @@ def test_the_json_tab_and_the_tree_are_one_design_with_one_history(page):
     assert page.inner_text("#tree .item[data-path='nodes[1].params'] .label") == "layers ×32"
     page.uncheck("#show-blocks")
     assert page.locator("#blocks").is_hidden() and page.locator("#preview").is_visible()
+
+
+def test_the_rank_strip_is_the_engine_s_assignment_of_the_row_s_query_blocks(page):
+    from tensorcad.analysis.context_parallel import block_ranks, query_block_counts
+    from tensorcad.analysis.rows import Rows
+
+    _pick(page, DOCS)
+    page.check("#pack")
+    page.fill("#docs", "1024")
+    page.fill("#spread", "1")
+    page.select_option("#cp-size", "4")
+    page.select_option("#cp-shard", "ptrr")
+    _settle(page)
+    row = sample_row(8192, Packing(1024, 1), 0)
+    rows = Rows.from_arrays(row.documents[None], row.positions[None])
+    counts = query_block_counts(load(DOCS).attentions()[0][0], rows, 128)
+    expected = np.asarray(block_ranks("ptrr", counts, 4))[0]
+    assert page.get_attribute("#rank-strip", "data-ranks") == ",".join(str(r) for r in expected)
+    assert page.get_attribute("#rank-strip", "data-blocks") == ",".join(
+        str(int(b)) for b in np.bincount(expected, weights=counts[0], minlength=4))
+    drawn = page.evaluate("""() => {
+        const c = document.getElementById('rank-strip'), d = c.getContext('2d').getImageData(0, 0, c.width, 1).data;
+        const n = 64, out = [];
+        for (let i = 0; i < n; i++) { const x = Math.floor((i + 0.5) * c.width / n); out.push([d[x * 4], d[x * 4 + 1], d[x * 4 + 2]]); }
+        return out; }""")
+    # The strip's cells fall into one colour a rank: the same partition of query blocks as the engine's.
+    colour_of = {}
+    for rank, colour in zip(expected, drawn):
+        assert colour_of.setdefault(int(rank), tuple(colour)) == tuple(colour)
+    assert len(set(colour_of.values())) == len(colour_of) == 4

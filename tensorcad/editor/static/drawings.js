@@ -27,6 +27,7 @@ export function renderPreview(answer) {
   overlay.dataset.state = "empty";
   const caption = $("preview-caption");
   $("block-counts").hidden = true;
+  $("rank-strip-box").hidden = true;
   if (!answer) {
     caption.textContent = "no attention to preview";
     canvas.dataset.state = "empty";
@@ -55,6 +56,7 @@ export function renderPreview(answer) {
   canvas.dataset.keptCells = String(kept);
   canvas.dataset.sample = p.sample;
   renderBlocks(p.kernelBlocks, p.seq);
+  renderRankStrip(p.cpRanks);
 
   const what = p.sampled
     ? `${fixed(p.packing.mean, 0)}-token documents, spread ${+p.packing.spread.toFixed(2)}: ${p.documents} documents or pieces`
@@ -108,6 +110,35 @@ function renderBlocks(blocks, seq) {
   overlay.dataset.block = String(blocks.block);
   overlay.dataset.state = "drawn";
   overlay.hidden = !$("show-blocks").checked;
+}
+
+// Eight hues, a rank each (rank r takes RANK_COLOURS[r % 8]); a test reads them back from the strip.
+export const RANK_COLOURS = [[31, 78, 156], [234, 88, 12], [22, 163, 74], [147, 51, 234], [220, 38, 38],
+  [8, 145, 178], [202, 138, 4], [100, 116, 139]];
+
+// Which rank holds each query block of the previewed row: the engine's assignment, a cell a block.
+function renderRankStrip(strip) {
+  const box = $("rank-strip-box");
+  if (!strip) return;
+  const canvas = $("rank-strip");
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, canvas.width, canvas.height);
+  box.hidden = false;
+  if (!strip.ranks) {
+    canvas.dataset.ranks = "";
+    $("rank-strip-note").textContent = strip.reason;
+    return;
+  }
+  const n = strip.ranks.length;
+  strip.ranks.forEach((rank, i) => {
+    context.fillStyle = `rgb(${RANK_COLOURS[rank % RANK_COLOURS.length].join(", ")})`;
+    const x = Math.round((i * canvas.width) / n);
+    context.fillRect(x, 0, Math.round(((i + 1) * canvas.width) / n) - x, canvas.height);
+  });
+  canvas.dataset.ranks = strip.ranks.join(",");
+  canvas.dataset.blocks = strip.blocks.join(",");
+  $("rank-strip-note").textContent = `${strip.size} ranks, ${strip.shard}: on this row they compute `
+    + strip.blocks.map((b, r) => `rank ${r} ${int(b)}`).join(", ") + " blocks.";
 }
 
 // -- the chart -------------------------------------------------------------------------------------------
