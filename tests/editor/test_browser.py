@@ -17,7 +17,7 @@ import pytest
 
 from tensorcad.editor import api, make_server
 
-from browser_fixtures import DOCS, TIMEOUT_MS, browser, page, url, _pick, _ready, _settle, _value  # noqa: F401
+from browser_fixtures import DOCS, TIMEOUT_MS, _pick, _ready, _settle, _value
 
 SCREENSHOT = Path(os.environ.get("TENSORCAD_SCREENSHOT", "/tmp/tensorcad-editor.png"))
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from browser_fixtures import DOCS, browser, page, url, _pick, _settle  # noqa: F401
+from browser_fixtures import DOCS, _pick, _settle
 from tensorcad.analysis.tiles import row_tile_counts, tile_verdicts
 from tensorcad.design import load
 from tensorcad.editor import api
