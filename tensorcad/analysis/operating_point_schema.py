@@ -47,11 +47,16 @@ def json_name(field: str) -> str:
     return head + "".join(word.title() for word in rest)
 
 
+def histogram_schema() -> dict:
+    """A histogram of document lengths as `tensorcad lengths` writes it: ``{"length": documents}``."""
+    return {"type": "object", "description": "a histogram of document lengths: length -> documents",
+            "patternProperties": {f"^{HISTOGRAM_KEY}$": {"type": "integer", "minimum": 0}},
+            "additionalProperties": False}
+
+
 def _lengths_schema(direction: str) -> dict:
     if direction == "input":
-        return {"type": "object", "description": "a histogram of document lengths: length -> documents",
-                "patternProperties": {f"^{HISTOGRAM_KEY}$": {"type": "integer", "minimum": 0}},
-                "additionalProperties": False}
+        return histogram_schema()
     summary = ["documents", "mean", "spread", *(name for name, _ in QUANTILES), "max"]
     kinds = {"mean": "number", "spread": "number"}
     return {"type": "object", "properties": {k: {"type": kinds.get(k, "integer")} for k in summary},
@@ -117,7 +122,8 @@ def operating_point_schema(direction: str = "input") -> dict:
     return schema
 
 
-def _histogram(table: dict, path: str) -> Lengths:
+def histogram_lengths(table: dict, path: str) -> Lengths:
+    """The Lengths of a histogram object of the input schema (keys already checked as whole lengths)."""
     ordered = sorted((int(k), v) for k, v in table.items())
     return Lengths(tuple(k for k, _ in ordered), tuple(v for _, v in ordered), path)
 
@@ -140,7 +146,7 @@ def operating_point_of(raw: Any, design=None, path: str = "op") -> OperatingPoin
             lengths = packing_raw.get("lengths")
             packing = packing_of(packing_raw.get("mean"), packing_raw.get("spread"),
                                  mean_path=at("packing.mean"), spread_path=at("packing.spread"),
-                                 lengths=None if lengths is None else _histogram(lengths, at("packing.lengths")),
+                                 lengths=None if lengths is None else histogram_lengths(lengths, at("packing.lengths")),
                                  strategy=packing_raw.get("strategy"), lengths_path=at("packing.lengths"),
                                  strategy_path=at("packing.strategy"))
             if packing is None:
