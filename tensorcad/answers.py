@@ -70,14 +70,17 @@ def diagnostics(design, op) -> list[dict]:
     return [d.to_json() for d in check(design, op)]
 
 
-def codegen(design, scale: int | None = None) -> dict:
+def codegen(design, scale: int | None = None, scale_path: str = "scale") -> dict:
     """The design's PyTorch module (shrunk to about ``scale`` parameters first, when given)."""
     from .codegen import generate
 
     if scale is not None:
         from .runtime.scaling import scale as shrink  # no torch: scaling rewrites the design
 
-        design = shrink(design, params=scale)
+        try:
+            design = shrink(design, params=scale)
+        except TensorcadError as e:
+            raise TensorcadError(scale_path if e.path == "params" else e.path, e.message) from None
     return {"name": design.name, "scale": scale, "source": generate(design)}
 
 

@@ -168,7 +168,7 @@ def cmd_codegen(args: argparse.Namespace) -> int:
     from . import answers
     from .hf import load_design as load  # a Hugging Face config is a design too
 
-    generated = answers.codegen(load(args.design), args.scale)
+    generated = answers.codegen(load(args.design), args.scale, "--scale")
     if args.json:
         _emit(generated, args)
         return 0
