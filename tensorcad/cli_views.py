@@ -15,6 +15,7 @@ from typing import Callable
 
 from .cli_operating_point import add_operating_point, operating_point
 from .cli_options import console, integer
+from .errors import TensorcadError
 from .mask_image import drawing
 
 
@@ -45,7 +46,10 @@ def cmd_mask_preview(args: argparse.Namespace) -> int:
     from .hf import load_design as load  # a Hugging Face config is a design too
 
     design = load(args.design)
-    preview = answers.mask_preview(design, operating_point(args, design), args.attention, args.cells, args.head)
+    try:
+        preview = answers.mask_preview(design, operating_point(args, design), args.attention, args.cells, args.head)
+    except TensorcadError as e:  # name the option the user typed
+        raise TensorcadError(f"--{e.path}" if e.path in ("attention", "cells", "head") else e.path, e.message) from None
     if args.json:
         _write_json(preview)
     else:
