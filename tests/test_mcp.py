@@ -66,3 +66,17 @@ def test_rules_carry_the_packing_note(answers):
 def test_presets_list_counts(answers):
     presets = {p["name"]: p["params"] for p in _result(answers[5])}
     assert presets["llama-3-8b"] == 8_030_261_248
+
+
+def test_certify_past_its_time_stops_with_one_line_naming_the_budget(monkeypatch):
+    import tensorcad.mcp.tools
+
+    monkeypatch.setattr(tensorcad.mcp.tools, "CERTIFY_SECONDS", 0.0)  # every check starts past a budget of 0 s
+
+    async def session():
+        async with mcp.Client(build_server()) as client:
+            return await client.call_tool("certify", {"design": "nano-sort", "params": 50_000, "seq": 64})
+
+    result = asyncio.run(session())
+    assert result.is_error and "\n" not in result.content[0].text
+    assert "certify: stopped before rules after 0 of 6 checks: past its 0 s budget" in result.content[0].text

@@ -142,8 +142,9 @@ def register(server: MCPServer) -> None:
         from ..runtime.certification import run_checks
 
         settings = _settings(seq, pack, spread, params, seed)
+        progress = _deadline(CERTIFY_SECONDS)  # from here: building the scaled model counts too
         subject = answers.certify_subject(_design(design), settings, seq_path="seq")
-        checks = run_checks(subject, answers.certify_checks(), _deadline(CERTIFY_SECONDS))
+        checks = run_checks(subject, answers.certify_checks(), progress)
         return answers.certificate(subject, checks)
 
     @tool(server, "Summarise document lengths given inline as a histogram {\"length\": documents}: documents, "
