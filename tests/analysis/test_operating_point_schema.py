@@ -108,3 +108,42 @@ def test_the_schema_is_the_engine_s_and_loads_no_torch():
             "json.dumps(operating_point_schema()); assert 'torch' not in sys.modules and 'mcp' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert json.loads(json.dumps(operating_point_schema("report")))["additionalProperties"] is False
+
+
+def _json_values():
+    from hypothesis import strategies as st
+
+    names = st.sampled_from(["seq", "packing", "cp", "mean", "spread", "lengths", "strategy", "size", "shard",
+                             "hardware", "count", "tokens", "bogus", "5", "05"])
+    scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 5000), st.floats(allow_nan=False),
+                        st.sampled_from(["H100", "bfd", "ptrr", "blocks", "fp8", "x", ""]))
+    return st.recursive(scalars, lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                                         st.dictionaries(names, inner, max_size=4)), max_leaves=12)
+
+
+def test_our_check_agrees_with_jsonschema_on_any_json():
+    from hypothesis import given, settings
+
+    schema = operating_point_schema("input")
+    valid = validator("input").is_valid
+
+    @settings(max_examples=300, deadline=None)
+    @given(_json_values())
+    def agree(value):
+        try:
+            check(value, schema, "op")
+            ours = True
+        except TensorcadError:
+            ours = False
+        # jsonschema counts 2.0 as an integer; JSON's types with no coercion do not (tests/test_mcp_strict.py)
+        assert ours == valid(value) or (not ours and "got number" in _why(value, schema))
+
+    agree()
+
+
+def _why(value, schema) -> str:
+    try:
+        check(value, schema, "op")
+    except TensorcadError as e:
+        return str(e)
+    return ""
