@@ -80,3 +80,24 @@ def test_certify_past_its_time_stops_with_one_line_naming_the_budget(monkeypatch
     result = asyncio.run(session())
     assert result.is_error and "\n" not in result.content[0].text
     assert "certify: stopped before rules after 0 of 6 checks: past its 0 s budget" in result.content[0].text
+
+
+from tensorcad.design import preset_names  # noqa: E402
+
+PRESETS = preset_names()
+
+
+@pytest.mark.parametrize("design,op", [(name, {}) for name in PRESETS] + [
+    ("mistral-7b", {"seq": 4096, "packing": {"mean": 512}}), ("gpt2-small-documents", {"packing": {"mean": 256}}),
+    ("llama-3-8b-documents", {"seq": 8192, "packing": {"lengths": {"100": 3, "3000": 1}, "strategy": "split"},
+                              "count": "blocks"}),
+    ("nano-sort", {"packing": {"mean": 32, "strategy": "ffd"}, "cp": {"size": 2, "shard": "per-document"}}),
+])
+def test_every_preset_s_report_fits_analyze_s_declared_schema(design, op):
+    jsonschema = pytest.importorskip("jsonschema")
+    from tensorcad import answers, load
+    from tensorcad.analysis.operating_point_schema import operating_point_of
+    from tensorcad.mcp.schemas import ANALYZE
+
+    d = load(design)
+    jsonschema.validate(answers.analysis(d, operating_point_of(op, d)), ANALYZE)

@@ -38,8 +38,19 @@ CATALOG = closed({"kinds": {"type": "array", "items": closed({"name": {"type": "
 SHOW = closed({"name": STRING, "text": STRING})
 VALIDATE = closed({"ok": {"type": "boolean", "const": True}, "name": STRING, "nodes": INTEGER, "context": INTEGER,
                    "inputs": {"type": "array", "items": closed({"name": STRING, "role": STRING})}})
-ANALYZE = closed({"design": STRING, "operatingPoint": operating_point_schema("report"), "params": OBJECT,
-                  "flops": OBJECT, "training": OBJECT, "serving": OBJECT,
+# The report's sections (analysis.report.Report.to_json); contextParallel's is its own module's.
+_FLOPS = {name: NUMBER for name in ("fwdPerToken", "trainPerToken", "fwdAttention", "keysPerQuery",
+                                    "attentionShare", "fwdAttentionBlocks", "blockRatio")}
+_FLOPS["packing"] = OBJECT  # under a packing: what it did to the rows (padding, documents split)
+_TRAINING = closed({"tokens": NUMBER, "seconds": NUMBER, "gpuHours": NUMBER, "cost": NUMBER,
+                    "count": {"type": "string", "enum": ["blocks"]}}, optional=("count",))
+_SERVING = closed({"fwdPerToken": NUMBER, "perStream": closed({"kvCacheBytes": NUMBER, "decodeFlopsPerToken": NUMBER})},
+                  optional=("perStream",))
+ANALYZE = closed({"design": STRING, "operatingPoint": operating_point_schema("report"),
+                  "params": closed({"total": INTEGER, "embedding": INTEGER, "matmul": INTEGER}),
+                  "flops": closed({**_FLOPS, "packed": closed(_FLOPS, optional=("packing",))},
+                                  optional=("packing", "packed")),
+                  "training": _TRAINING, "serving": _SERVING,
                   "warnings": {"type": "array", "items": STRING}, "contextParallel": OBJECT},
                  optional=("warnings", "contextParallel"))
 RULES = listed(closed({"rule": STRING, "severity": {"type": "string", "enum": ["error", "warn", "note"]},
