@@ -82,13 +82,20 @@ async def _session() -> dict:
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         listed = {t.name: t for t in (await session.list_tools()).tools}
-        results = {name: await session.call_tool(name, arguments) for name, (arguments, _) in CALLS.items()}
+        progress = []
+
+        async def heard(done, count, message):
+            progress.append((done, count, message))
+
+        results = {name: await session.call_tool(name, arguments, progress_callback=heard if name == "certify"
+                                                 else None) for name, (arguments, _) in CALLS.items()}
         bad = [await session.call_tool(name, arguments) for name, arguments, _ in BAD]
         after = await session.call_tool("presets", {})
         resources = [str(r.uri) for r in (await session.list_resources()).resources]
         packing_doc = (await session.read_resource("tensorcad://docs/packing.md")).contents[0].text
         schema = json.loads((await session.read_resource("tensorcad://schema/operating-point")).contents[0].text)
-    return {"listed": listed, "results": results, "bad": bad, "after": after, "resources": resources,
+    return {"listed": listed, "results": results, "progress": progress, "bad": bad, "after": after,
+            "resources": resources,
             "packing_doc": packing_doc, "schema": schema}
 
 
@@ -141,6 +148,11 @@ def test_certify_equals_the_cli_but_for_the_seconds_each_check_took(session):
     assert untimed(ours) == untimed(cli)
     assert ours["passed"] and [c["name"] for c in ours["checks"]][:3] == ["rules", "isolation[eager]",
                                                                           "isolation[flex]"]
+
+
+def test_certify_reports_its_progress_check_by_check(session):
+    names = [c["name"] for c in structured(session["results"]["certify"])["checks"]]
+    assert session["progress"] == [(i, len(names), f"certify: {name}") for i, name in enumerate(names + ["done"])]
 
 
 def test_analyze_carries_the_context_parallel_figures(session):

@@ -12,7 +12,8 @@ import base64
 import time
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+import anyio.from_thread
+from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ImageContent, TextContent
 
 from .. import answers
@@ -65,7 +66,18 @@ def _settings(seq, pack, spread, params, seed):
         raise TensorcadError(e.path.removeprefix("tensorcad."), e.message) from None
 
 
-def _deadline(seconds: float):
+def _notify(ctx: Context | None, done: int, count: int, message: str) -> None:
+    """An MCP progress notification from this worker thread (the SDK runs a sync tool in one); the
+    client sees them only when it asked, with a progress callback."""
+    if ctx is None:
+        return
+    try:
+        anyio.from_thread.run(ctx.report_progress, done, count, message)
+    except Exception:  # noqa: BLE001 - progress is a courtesy: a client gone or deaf must not fail the check
+        pass
+
+
+def _deadline(seconds: float, ctx: Context | None = None):
     start = time.monotonic()
 
     def progress(name: str, done: int, count: int) -> None:
@@ -74,6 +86,7 @@ def _deadline(seconds: float):
             raise TensorcadError("certify", f"stopped before {name} after {done} of {count} checks: past its "
                                             f"{seconds:g} s budget ({spent:.0f} s); give a smaller params or seq, "
                                             "or run `tensorcad certify`")
+        _notify(ctx, done, count, f"certify: {name}")
 
     return progress
 
@@ -138,11 +151,11 @@ def register(server: MCPServer) -> None:
                   f"export) on a model scaled to at most {MAX_CERTIFY_PARAMS:,} parameters, rows of at most "
                   f"{MAX_CERTIFY_SEQ} tokens, within {CERTIFY_SECONDS:g} s.", schemas.CERTIFY)
     def certify(design: Design, seq: int | None = None, pack: float | None = None, spread: float | None = None,
-                params: int | None = None, seed: int | None = None) -> dict:
+                params: int | None = None, seed: int | None = None, ctx: Context | None = None) -> dict:
         from ..runtime.certification import run_checks
 
         settings = _settings(seq, pack, spread, params, seed)
-        progress = _deadline(CERTIFY_SECONDS)  # from here: building the scaled model counts too
+        progress = _deadline(CERTIFY_SECONDS, ctx)  # from here: building the scaled model counts too
         subject = answers.certify_subject(_design(design), settings, seq_path="seq")
         checks = run_checks(subject, answers.certify_checks(), progress)
         return answers.certificate(subject, checks)
