@@ -13,6 +13,7 @@ import base64
 import contextlib
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -78,7 +79,9 @@ BAD = [
 
 
 async def _session() -> dict:
-    params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "tensorcad.cli", "mcp"])
+    # From the clone's root with this process's environment: the server is the code under test.
+    params = mcp.StdioServerParameters(command=sys.executable, args=["-m", "tensorcad.cli", "mcp"], cwd=str(ROOT),
+                                       env=dict(os.environ))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
         listed = {t.name: t for t in (await session.list_tools()).tools}
