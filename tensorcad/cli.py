@@ -137,30 +137,40 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from . import answers
     from .analysis.report import analyze, render
     from .hf import load_design as load  # a Hugging Face config is a design too
 
     design = load(args.design)
-    report = analyze(design, operating_point(args, design))
-    for warning in report.warnings:  # on stderr, so --json stays machine-readable
+    op = operating_point(args, design)
+    if args.json or args.out is not None:
+        report = answers.analysis(design, op)  # what the MCP analyze tool returns
+        warnings = report.get("warnings", [])
+    else:
+        report = analyze(design, op)
+        warnings = report.warnings
+    for warning in warnings:  # on stderr, so --json stays machine-readable
         sys.stderr.write(f"tensorcad: warning: {warning}\n")
     if args.json or args.out is not None:
-        _emit(report.to_json(), args)  # answers.analysis, without analysing twice for the warnings
+        _emit(report, args)
     else:
         _console().print(render(report))
     return 0
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from . import answers
     from .hf import load_design as load  # a Hugging Face config is a design too
     from .rules import check, render
 
     design = load(args.design)
-    diagnostics = check(design, operating_point(args, design))
+    op = operating_point(args, design)
     if args.json:
-        _emit([d.to_json() for d in diagnostics], args)  # as answers.diagnostics
-    else:
-        _console().print(render(diagnostics))
+        diagnostics = answers.diagnostics(design, op)  # what the MCP rules tool returns
+        _emit(diagnostics, args)
+        return EXIT_FAILED if any(d["severity"] == "error" for d in diagnostics) else 0
+    diagnostics = check(design, op)
+    _console().print(render(diagnostics))
     return EXIT_FAILED if any(d.severity == "error" for d in diagnostics) else 0
 
 
