@@ -99,7 +99,7 @@ class StrictServer(MCPServer):
             try:
                 check_arguments(name, tool.parameters, arguments)
             except TensorcadError as e:
-                raise ToolError(f"Error executing tool {name}: {e}") from None
+                raise ToolError(str(e)) from None  # the one line, as the engine's own errors read
         return await super().call_tool(name, arguments, context)
 
 
