@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence
 
 from .cli_operating_point import add_operating_point, operating_point
 from .cli_options import add_certify_options, console, filename, integer
-from .errors import TensorcadError, did_you_mean, one_line, shown
+from .cli_views import add_view_commands
+from .errors import TensorcadError, one_line, shown
 
 EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
@@ -53,14 +54,9 @@ _console = console  # one console for every command (cli_options)
 
 
 def cmd_presets(args: argparse.Namespace) -> int:
-    from .analysis.params import count_params
-    from .design import load, preset_names
+    from . import answers
 
-    rows = []
-    for name in preset_names():
-        design = load(name)
-        rows.append({"name": name, "params": count_params(design).total, "context": design.context,
-                     "description": design.source.get("description", "")})
+    rows = answers.presets()
     if args.json:
         _emit(rows, args)
         return 0
@@ -74,37 +70,52 @@ def cmd_presets(args: argparse.Namespace) -> int:
 
 
 def cmd_catalog(args: argparse.Namespace) -> int:
-    from .design.catalog import KINDS, catalog_markdown, catalog_text
+    from . import answers
+    from .design.catalog import catalog_markdown
 
-    if args.kind is not None and args.kind not in KINDS:
-        raise TensorcadError("kind", f"unknown kind {shown(args.kind)}{did_you_mean(args.kind, KINDS)} (kinds: {', '.join(KINDS)})")
-    sys.stdout.write(catalog_markdown() if args.markdown else catalog_text(args.kind))
+    answers.check_kind(args.kind)
+    if args.json:
+        _emit(answers.catalog(args.kind), args)
+        return 0
+    sys.stdout.write(catalog_markdown() if args.markdown else answers.catalog(args.kind)["text"])
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from .design import show
+    from . import answers
     from .hf import load_design as load  # a Hugging Face config is a design too
 
-    sys.stdout.write(show(load(args.design)))
+    shown_design = answers.show(load(args.design))
+    if args.json:
+        _emit(shown_design, args)
+    else:
+        sys.stdout.write(shown_design["text"])
     return 0
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from .answers import validation
     from .design import load
 
-    bad = 0
+    bad, answers = 0, []
     for file in args.files:  # every file, not only up to the first bad one
         try:
             design = load(file)
         except TensorcadError as e:
             bad += 1
+            answers.append({"file": file, "ok": False, "path": e.path, "error": str(e)})
+            if args.json:
+                continue
             # Name the file too: a validate run may cover many.
             where = one_line(file) if len(file) <= 200 else shown(file)
             line = str(e) if str(e).startswith(where) else f"{where}: {e}"
             sys.stderr.write(f"tensorcad: {line}\n")
             continue
-        print(f"{one_line(file)}: ok ({one_line(design.name)}, {len(design.nodes)} nodes)")
+        answers.append({"file": file, **validation(design)})
+        if not args.json:
+            print(f"{one_line(file)}: ok ({one_line(design.name)}, {len(design.nodes)} nodes)")
+    if args.json:
+        _emit(answers, args)
     return EXIT_BAD_INPUT if bad else 0
 
 
@@ -126,43 +137,52 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace) -> int:
+    from . import answers
     from .analysis.report import analyze, render
     from .hf import load_design as load  # a Hugging Face config is a design too
 
     design = load(args.design)
-    report = analyze(design, operating_point(args, design))
-    for warning in report.warnings:  # on stderr, so --json stays machine-readable
+    op = operating_point(args, design)
+    if args.json or args.out is not None:
+        report = answers.analysis(design, op)  # what the MCP analyze tool returns
+        warnings = report.get("warnings", [])
+    else:
+        report = analyze(design, op)
+        warnings = report.warnings
+    for warning in warnings:  # on stderr, so --json stays machine-readable
         sys.stderr.write(f"tensorcad: warning: {warning}\n")
     if args.json or args.out is not None:
-        _emit(report.to_json(), args)
+        _emit(report, args)
     else:
         _console().print(render(report))
     return 0
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
+    from . import answers
     from .hf import load_design as load  # a Hugging Face config is a design too
     from .rules import check, render
 
     design = load(args.design)
-    diagnostics = check(design, operating_point(args, design))
+    op = operating_point(args, design)
     if args.json:
-        _emit([d.to_json() for d in diagnostics], args)
-    else:
-        _console().print(render(diagnostics))
+        diagnostics = answers.diagnostics(design, op)  # what the MCP rules tool returns
+        _emit(diagnostics, args)
+        return EXIT_FAILED if any(d["severity"] == "error" for d in diagnostics) else 0
+    diagnostics = check(design, op)
+    _console().print(render(diagnostics))
     return EXIT_FAILED if any(d.severity == "error" for d in diagnostics) else 0
 
 
 def cmd_codegen(args: argparse.Namespace) -> int:
-    from .codegen import generate
+    from . import answers
     from .hf import load_design as load  # a Hugging Face config is a design too
 
-    design = load(args.design)
-    if args.scale is not None:
-        from .runtime.scaling import scale
-
-        design = scale(design, params=args.scale)
-    source = generate(design)
+    generated = answers.codegen(load(args.design), args.scale, "--scale")
+    if args.json:
+        _emit(generated, args)
+        return 0
+    source = generated["source"]
     if args.output is not None:
         write_output(args.output, source, "--output")
     else:
@@ -229,8 +249,9 @@ def cmd_lengths(args: argparse.Namespace) -> int:
             lengths, empty = count_lengths(args.corpus, progress=lambda n: bar.advance(task, n), **options)
     if args.out:
         write_histogram(lengths, args.out)
-    summary = {"documents": lengths.documents, "tokens": lengths.tokens, "empty": empty,
-               **{k: v for k, v in lengths.summary().items() if k != "documents"},
+    from .answers import lengths_summary
+
+    summary = {**lengths_summary(lengths), "empty": empty,
                "by": "tokenizer" if args.tokenizer else args.by, "histogram": args.out}
     if args.json:
         _emit(summary, argparse.Namespace(json=True))
@@ -293,8 +314,10 @@ def parser() -> argparse.ArgumentParser:
     p = command("catalog", "Describe every kind, or one: ports, params, defaults, what it counts.", cmd_catalog)
     p.add_argument("kind", nargs="?", help="one kind")
     p.add_argument("--markdown", action="store_true", help="print docs/catalog.md")
+    p.add_argument("--json", action="store_true", help="print the kinds and the text as JSON")
     p = command("show", "Print the resolved design: composites expanded, ports handed down, masks parsed.", cmd_show)
     p.add_argument("design")
+    p.add_argument("--json", action="store_true", help="print {name, text} as JSON")
     p = command("new", "Start a design file from a preset (or another design), renamed.", cmd_new)
     p.add_argument("name", help="the new design's name")
     p.add_argument("--from", dest="source", default="nano-sort", metavar="DESIGN",
@@ -304,6 +327,7 @@ def parser() -> argparse.ArgumentParser:
     p = command("validate", "Check design files: one line each, ok or the bad value's path; exit 2 if any is bad.",
                 cmd_validate)
     p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--json", action="store_true", help="print one object a file: ok, or the bad value's path and error")
 
     p = command("analyze", "Params, FLOPs per token, attention, training time and cost, serving.", cmd_analyze)
     p.add_argument("design")
@@ -320,6 +344,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("design")
     p.add_argument("--scale", type=integer, metavar="PARAMS", help="shrink to about PARAMS parameters first")
     p.add_argument("-o", "--output", metavar="FILE", type=filename, help="write to FILE instead of stdout")
+    p.add_argument("--json", action="store_true", help="print {name, scale, source} as JSON")
+    add_view_commands(command)
 
     p = command("import-hf", "Write the design of a Hugging Face config.json or local model directory "
                 "(Llama, Mistral, Qwen2, Qwen3, Phi-3, GPT-2); what it cannot say is refused, naming the field.",
@@ -385,8 +411,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("design", nargs="?", help="a design to open (default: what you last edited, else llama-3-8b-documents)")
     p.add_argument("--port", type=integer, default=0, help="port on 127.0.0.1 (default: any free one)")
     p.add_argument("--no-browser", action="store_true", help="print the address instead of opening a browser")
-    command("mcp", "Serve the engine as MCP tools over stdio (presets, catalog, show, analyze, rules, codegen).",
-            cmd_mcp)
+    command("mcp", "Serve the engine as MCP tools over stdio: every command above that answers in JSON, "
+            "with resources for the presets, the catalog and the docs (see the README's MCP section).", cmd_mcp)
     return top
 
 

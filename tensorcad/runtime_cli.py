@@ -136,20 +136,16 @@ def verify(args: argparse.Namespace) -> int:
 
 def certify(args: argparse.Namespace) -> int:
     """The checks `pytest --tensorcad` runs (the runtime's registry), without pytest."""
+    from .answers import certify_checks, certify_subject
     from .hf import load_design as load  # a Hugging Face config is a design too
-    from .runtime.certification import CERTIFY, GOLDENS, run_checks
-    from .runtime.subject import Subject
+    from .runtime.certification import run_checks
 
     # Goldens are snapshot files a pytest run owns (and updates with --snapshot-update).
-    names = [n for n in CERTIFY if n not in GOLDENS]
+    names = certify_checks()
     designs = [load(name) for name in args.designs]  # every name checked before any runs
     settings = settings_option(args)
-    subjects = [Subject(design, settings) for design in designs]
-    for subject in subjects:  # bad input is one line and exit 2, not a table of failures
-        context = subject.small.context
-        if args.seq is not None and not 1 <= args.seq <= context:
-            raise TensorcadError("--seq", f"{args.seq} is outside 1..{context:,}, the positions "
-                                          f"{subject.design.name} holds once scaled")
+    # bad input (a seq the scaled model cannot hold) is one line and exit 2, not a table of failures
+    subjects = [certify_subject(design, settings) for design in designs]
     results = []
     for subject in subjects:
         with warnings.catch_warnings():
@@ -159,9 +155,9 @@ def certify(args: argparse.Namespace) -> int:
         results.append((subject, checks))
     failed = any(c.status == "failed" for _, checks in results for c in checks)
     if args.json:
-        _print_json([{"design": s.design.name, "passed": all(c.status != "failed" for c in checks),
-                      "settings": s.settings.to_json(), "checks": [c.to_json() for c in checks]}
-                     for s, checks in results])
+        from .answers import certificate
+
+        _print_json([certificate(s, checks) for s, checks in results])
         return EXIT_FAILED if failed else 0
     console = _console()
     for subject, checks in results:

@@ -17,7 +17,7 @@ def _run(*argv):
 def test_the_commands_are_the_documented_ones():
     assert set(COMMANDS) == {"presets", "catalog", "show", "validate", "analyze", "rules", "codegen", "verify",
                              "certify", "smoke-train", "trace", "editor", "mcp", "new", "import-hf",
-                             "lengths"}
+                             "lengths", "walkthrough", "mask-preview"}
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -32,7 +32,7 @@ def test_every_command_has_help(command):
     (["analyze", "/no/such/design.json"], "no such file"),
     (["analyze", "llama-4"], "neither a preset"),
     (["show", "nano-sort", "--bogus"], "unrecognized arguments"),
-    (["codegen", "nano-sort", "--scale", "0"], "params"),
+    (["codegen", "nano-sort", "--scale", "0"], "--scale: 0 is outside"),
     (["editor", "/no/such.yaml"], "no such file"),
     (["analyze", "gpt2-small", "--out", "/"], "--out: cannot write '/'"),
     (["codegen", "gpt2-small", "-o", "/no/such/dir/model.py"], "--output: cannot write"),

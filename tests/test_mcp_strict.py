@@ -1,8 +1,9 @@
 """MCP arguments are strict (#12): the real SDK client, in process, against every tool's schema.
 
-A misspelled or unknown argument, a JSON type the schema does not list (no
-bool as an integer, no string as a number), an empty string standing for a
-default: each is a one-line tool error naming the argument, never ignored.
+A misspelled or unknown argument, at the top or inside the operating point, a
+JSON type the schema does not list (no bool as an integer, no string as a
+number), an empty string standing for a default: each is a one-line tool
+error naming the argument, never ignored.
 """
 
 import asyncio
@@ -37,10 +38,17 @@ def error_line(result) -> str:
 
 def test_the_tool_names_and_arguments_are_kept():
     assert {name: sorted(schema["properties"]) for name, schema in TOOLS.items()} == {
-        "presets": [], "catalog": ["kind"], "show": ["design"], "codegen": ["design", "scale"],
-        "rules": ["design", "pack", "pack_spread", "seq"],
-        "analyze": ["count", "design", "gpus", "hardware", "mfu", "pack", "pack_lengths", "pack_spread",
-                    "pack_strategy", "price_per_gpu_hour", "seq", "tokens"]}
+        "presets": [], "catalog": ["kind"], "show": ["design"], "validate": ["design"],
+        "codegen": ["design", "scale"], "rules": ["design", "op"], "analyze": ["design", "op"],
+        "walkthrough": ["design", "op"], "mask_preview": ["attention", "cells", "design", "head", "op"],
+        "certify": ["design", "pack", "params", "seed", "seq", "spread"], "lengths": ["histogram"]}
+
+
+def test_the_operating_point_argument_is_the_engine_s_schema():
+    from tensorcad.analysis.operating_point_schema import operating_point_schema
+
+    for tool in ("analyze", "rules", "walkthrough", "mask_preview"):
+        assert TOOLS[tool]["properties"]["op"]["anyOf"][0] == operating_point_schema("input")
 
 
 @pytest.mark.parametrize("tool", sorted(TOOLS))
@@ -57,24 +65,40 @@ def test_the_client_sees_the_strict_schemas():
     assert all(schema["additionalProperties"] is False for schema in asyncio.run(_listed()).values())
 
 
-@pytest.mark.parametrize("name", ["packing", "pack_mean", "seq_len", "spread", "gpu"])
+@pytest.mark.parametrize("name", ["packing", "pack", "seq_len", "spread", "gpu"])
 def test_a_misspelled_argument_is_an_error_naming_it_and_the_accepted_ones(name):
     text = error_line(call("analyze", {"design": "nano-sort", name: 64}))
-    assert f"{name}: unknown argument for analyze (arguments: design, seq, pack, pack_spread" in text
+    assert f"{name}: unknown argument for analyze (arguments: design, op)" in text
 
 
-@pytest.mark.parametrize("arguments,needle", [
-    ({"seq": True}, "seq: expected integer or null, got boolean True"),
-    ({"seq": "256"}, "seq: expected integer or null, got string '256'"),
-    ({"seq": 256.0}, "seq: expected integer or null, got number 256.0"),
-    ({"pack": "64"}, "pack: expected number or null, got string '64'"),
-    ({"pack": False}, "pack: expected number or null, got boolean False"),
-    ({"hardware": ""}, "hardware: is empty; leave it out for the default"),
-    ({"hardware": 100}, "hardware: expected string or null, got integer 100"),
-    ({"hardware": "x" * (MAX_STRING + 1)}, f"hardware: {MAX_STRING + 1:,} characters; at most {MAX_STRING:,}"),
+@pytest.mark.parametrize("op,needle", [
+    ({"seq_len": 64}, "op.seq_len: unknown field (fields: seq, packing, hardware"),
+    ({"packing": {"men": 64}}, "op.packing.men: unknown field (fields: mean, spread, lengths, strategy, buffer)"),
+    ({"cp": {"ranks": 2}}, "op.cp.ranks: unknown field (fields: size, shard)"),
+    ({"packing": {"lengths": {"ten": 3}}}, "op.packing.lengths.ten: unknown field"),
 ])
-def test_types_are_json_s_own_with_no_coercion(arguments, needle):
-    assert needle in error_line(call("analyze", {"design": "nano-sort", **arguments}))
+def test_a_misspelled_field_of_the_operating_point_is_an_error_naming_its_path(op, needle):
+    assert needle in error_line(call("analyze", {"design": "nano-sort", "op": op}))
+
+
+@pytest.mark.parametrize("op,needle", [
+    ({"seq": True}, "op.seq: expected integer or null, got boolean True"),
+    ({"seq": "256"}, "op.seq: expected integer or null, got string '256'"),
+    ({"seq": 256.0}, "op.seq: expected integer or null, got number 256.0"),
+    ({"packing": {"mean": "64"}}, "op.packing.mean: expected number or null, got string '64'"),
+    ({"packing": {"mean": False}}, "op.packing.mean: expected number or null, got boolean False"),
+    ({"hardware": ""}, "op.hardware: '' is not one of A100, H100"),
+    ({"hardware": 100}, "op.hardware: expected string or null, got integer 100"),
+    ({"packing": "64"}, "op.packing: expected object or null, got string '64'"),
+])
+def test_types_are_json_s_own_with_no_coercion(op, needle):
+    assert needle in error_line(call("analyze", {"design": "nano-sort", "op": op}))
+
+
+def test_an_empty_or_long_string_argument_is_refused():
+    assert "kind: is empty; leave it out for the default" in error_line(call("catalog", {"kind": ""}))
+    assert f"kind: {MAX_STRING + 1:,} characters; at most {MAX_STRING:,}" in error_line(
+        call("catalog", {"kind": "x" * (MAX_STRING + 1)}))
 
 
 def test_a_design_object_is_size_and_depth_limited():
@@ -85,18 +109,20 @@ def test_a_design_object_is_size_and_depth_limited():
 
 
 def test_an_integer_is_a_number_and_the_figures_follow_the_packing():
-    packed = call("analyze", {"design": "nano-sort", "pack": 64, "pack_spread": 0})
+    packed = call("analyze", {"design": "nano-sort", "op": {"packing": {"mean": 64, "spread": 0}}})
     assert not packed.is_error
     report = json.loads(packed.content[0].text)
     assert {k: report["operatingPoint"]["packing"][k] for k in ("mean", "spread")} == {"mean": 64.0, "spread": 0.0}
 
 
 def test_the_operating_point_names_the_argument_typed():
-    assert "pack_spread: spread" in error_line(call("analyze", {"design": "nano-sort", "pack": 64,
-                                                                "pack_spread": 1e-320}))
-    assert "price_per_gpu_hour: -1.0 is outside" in error_line(call("analyze", {"design": "nano-sort",
-                                                                              "price_per_gpu_hour": -1}))
-    assert "seq: 16,777,216 tokens" in error_line(call("analyze", {"design": "nano-sort", "seq": 2**24, "pack": 1}))
+    def analyze(op):
+        return error_line(call("analyze", {"design": "nano-sort", "op": op}))
+
+    assert "op.packing.spread: spread" in analyze({"packing": {"mean": 64, "spread": 1e-320}})
+    assert "op.pricePerGpuHour: -1.0 is outside" in analyze({"pricePerGpuHour": -1})
+    assert "op.seq: 16,777,216 tokens" in analyze({"seq": 2**24, "packing": {"mean": 1}})
+    assert "op.cp.shard: 'diagonal' is not one of contiguous" in analyze({"cp": {"size": 2, "shard": "diagonal"}})
 
 
 def test_a_missing_argument_and_an_empty_design_are_one_line():

@@ -310,10 +310,11 @@ def argvs(draw):
 
 # -- MCP calls ---------------------------------------------------------------------
 
-TOOLS = ["presets", "catalog", "show", "analyze", "rules", "codegen", "nope"]
-ARGUMENTS = ["design", "seq", "pack", "pack_spread", "hardware", "gpus", "mfu", "price_per_gpu_hour", "tokens",
-             "kind", "scale"]
-MISSPELLED = ["packing", "pack_mean", "seq_len", "spread", "gpu", "Design", "design ", "", "seq\n", "__proto__"]
+# certify and mask_preview build models and draw rows: tests/test_mcp_session.py calls them, bounded.
+TOOLS = ["presets", "catalog", "show", "validate", "analyze", "rules", "codegen", "walkthrough", "lengths", "nope"]
+ARGUMENTS = ["design", "op", "kind", "scale", "histogram"]
+MISSPELLED = ["packing", "pack", "pack_spread", "seq", "seq_len", "spread", "gpu", "Design", "design ", "", "seq\n",
+              "__proto__"]
 mcp_values = st.one_of(
     hostile_value,
     st.sampled_from(PRESETS + FIXTURES[:10] + [7, 256, 512, 64.0, 1024, "256", "64", True, False, None, "", "H100"]),
@@ -330,9 +331,17 @@ def _dumpable(value) -> bool:
     return True
 
 
-PLAUSIBLE = {"seq": [64, 256, 1024, 4096], "pack": [16, 64.0, 300.5], "pack_spread": [0, 0.5, 1], "gpus": [8, 64],
-             "hardware": ["A100", "B200"], "mfu": [0.3, 0.5], "price_per_gpu_hour": [1, 3.5], "tokens": [1e9, 1e12],
-             "kind": ["stack", "sdpa", "table"]}
+PLAUSIBLE = {"op": [{"seq": 256}, {"packing": {"mean": 64}}, {"seq": 1024, "packing": {"mean": 300.5, "spread": 0.5}},
+                    {"hardware": "A100", "gpus": 8, "mfu": 0.3}, {"pricePerGpuHour": 3.5, "tokens": 1e12},
+                    {"seq": 256, "packing": {"lengths": {"16": 3, "90": 2}, "strategy": "bfd"}}],
+             "kind": ["stack", "sdpa", "table"], "histogram": [{"16": 3, "90": 2}, {"1": 1}]}
+# An operating point with hostile values at every level, misspelled fields among them.
+hostile_op = st.fixed_dictionaries({}, optional={
+    "seq": hostile_number, "packing": st.one_of(hostile_value, st.fixed_dictionaries(
+        {"mean": hostile_number}, optional={"spread": hostile_number, "men": hostile_scalar,
+                                            "lengths": hostile_value, "strategy": hostile_text})),
+    "cp": st.one_of(hostile_value, st.fixed_dictionaries({"size": hostile_number}, optional={"shard": hostile_text})),
+    "hardware": hostile_text, "gpus": hostile_scalar, "tokens": hostile_scalar, "bogus": hostile_scalar})
 
 
 @st.composite
@@ -343,7 +352,8 @@ def mcp_calls(draw):
         arguments["design"] = draw(st.one_of(st.sampled_from(PRESETS), st.sampled_from(PRESETS), mcp_values))
     for _ in range(draw(st.integers(0, 3))):
         name = draw(st.one_of(st.sampled_from(ARGUMENTS), st.sampled_from(ARGUMENTS), st.sampled_from(MISSPELLED)))
-        arguments[name] = draw(st.one_of(st.sampled_from(PLAUSIBLE.get(name, [None])), mcp_values))
+        values = st.one_of(mcp_values, hostile_op) if name in ("op", "histogram") else mcp_values
+        arguments[name] = draw(st.one_of(st.sampled_from(PLAUSIBLE.get(name, [None])), values))
     if tool == "codegen" and "scale" in arguments:
         del arguments["scale"]  # scaling builds the model with torch: the runtime's business, not this suite's
     return {"tool": tool, "arguments": arguments}
