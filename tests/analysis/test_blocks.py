@@ -7,6 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_profiles import scaled  # tests/: the profile's example counts
+
 from tensorcad import closed_form as cf
 from tensorcad.analysis.blocks import block_counts
 from tensorcad.analysis.tiles import count_row_blocks, tile_verdicts
@@ -125,7 +127,7 @@ def rows(draw_):
     return np.stack(out)
 
 
-@settings(max_examples=250, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(250), suppress_health_check=[HealthCheck.too_slow])
 @given(mask=masks(), causal=st.booleans(), documents=rows())
 def test_intervals_never_miss_a_kept_score(mask, causal, documents):
     att = attention(mask, causal=causal, heads=HEADS, roles={"doc": "documents", "pos": "positions"})

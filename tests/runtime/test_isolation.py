@@ -145,3 +145,56 @@ def test_bad_inputs_name_the_argument(bad, path):
     with pytest.raises(TensorcadError) as e:
         check_isolation(TinyAttention("documents"), kwargs.pop("ids"), kwargs.pop("documents"), **kwargs)
     assert e.value.path == path
+
+
+class LeaksBy(torch.nn.Module):
+    """Isolated attention plus ``eps`` times the row's first token: a leak of known size.
+
+    Changing document 0 of a row changes its first token by a whole number in [1, VOCAB),
+    so every output of that row moves by ``eps`` times that number before rounding.
+    ``offset`` lifts the outputs to a magnitude where float32's spacing is known.
+    """
+
+    def __init__(self, eps: float, offset: float = 0.0):
+        super().__init__()
+        self.inner, self.eps, self.offset = TinyAttention("documents"), eps, offset
+
+    def forward(self, ids, documents, positions=None):
+        out = self.inner(ids, documents) + self.offset
+        return out + self.eps * ids[:, :1, None].to(out.dtype)
+
+
+def test_a_leak_of_1e_7_is_caught_bitwise():
+    ids, documents = batch()
+    result = check_isolation(LeaksBy(1e-7), ids, documents, vocab=VOCAB)
+    assert not result.passed
+    # only document 0 holds a row's first token: each row's later documents moved
+    assert {(leak.row, leak.document) for leak in result.leaks} == {(0, 0), (1, 0)}
+    assert {(leak.moved_row, leak.moved_document) for leak in result.leaks} == {(0, 1), (0, 2), (1, 1), (1, 2)}
+    # the largest move is eps times the token's change (at most VOCAB - 1), give or take rounding
+    assert 1e-7 * 0.5 < result.worst().largest < 1e-7 * VOCAB
+    # a tolerance would have hidden it: every leak is far below 1e-3
+    assert all(leak.largest < 1e-3 for leak in result.leaks)
+
+
+def test_a_leak_below_float32s_resolution_is_reported_as_unseeable():
+    ids, documents = batch()
+    # outputs in [8, 16) are spaced 2**-20 apart in float32: half of that is 4.77e-7, above
+    # the largest leak here (1e-8 times at most 31), so both runs round to the same bits
+    result = check_isolation(LeaksBy(1e-8, offset=12.0), ids, documents, vocab=VOCAB)
+    assert result.passed  # no bit moved: nothing a bitwise check can see
+    assert result.dtype == "float32"
+    assert 8 <= result.scale < 16 and result.resolution == 2.0**-21  # half of 8 * 2**-23
+    assert result.resolution > 1e-8 * (VOCAB - 1)
+    assert "cannot be seen at this dtype and scale" in result.message()
+    assert result.to_json()["resolution"] == result.resolution
+    # in float64 the same leak is seen
+    double = LeaksBy(1e-8, offset=12.0).double()
+    result64 = check_isolation(double, ids, documents, vocab=VOCAB)
+    assert not result64.passed and result64.resolution == 2.0**-50  # half of 8 * 2**-52
+
+
+def test_integer_outputs_have_no_resolution_floor():
+    ids, documents = batch()
+    result = check_isolation(lambda i, d, p: i * 0 + d, ids, documents, vocab=VOCAB)
+    assert result.resolution == 0.0 and "cannot be seen" not in result.message()
