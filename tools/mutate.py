@@ -64,6 +64,9 @@ def _config(source: str, tests: list[str]) -> str:
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         # xdist off: mutmut runs pytest in-process; one example set per run (the ci profile).
         'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider"]\n'
+        # torch is not fork-safe once its thread pool has run: workers fork from a server
+        # that has only collected the tests (mutmut's own remedy for torch).
+        'process_isolation = "forkserver"\n'
     )
 
 
@@ -120,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     # the MUTANT_UNDER_TEST variable they inherit); the ci profile keeps examples fixed.
     env["PYTHONPATH"] = str(work / "mutants")
     env.setdefault("HYPOTHESIS_PROFILE", "ci")
+    # one thread a worker: mutmut runs --max-children workers on a shared machine
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     print(f"mutating {MODULES[args.module][0]} in {work}", file=sys.stderr)
     run = subprocess.run(["nice", "-n", "19", sys.executable, "-m", "mutmut", "run",
                           "--max-children", str(args.max_children)], cwd=work, env=env)

@@ -38,7 +38,9 @@ def test_aligned_documents_table(length, kept, computed):
 def test_stream_table(length, table):
     counted = block_counts(LLAMA, 8192, Packing(length, 0))
     exact = cf.fixed_phase_block_ratio(8192, length)
-    assert counted.ratio == pytest.approx(exact, abs=0.01)
+    # sampled tiles (no error reported by block_counts): measured within 0.16% of the exact
+    # phase average over this table (largest at L = 128), so 0.2%
+    assert counted.ratio == pytest.approx(exact, rel=2e-3)
     assert round(exact, 2) == pytest.approx(table, abs=0.01)
 
 
