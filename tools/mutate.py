@@ -112,13 +112,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="the modules and their test selections")
     parser.add_argument("--max-children", type=int, default=2, help="parallel mutant runs (default 2)")
     parser.add_argument("--json", action="store_true", help="the counts and survivors as JSON")
+    parser.add_argument("--again", action="store_true",
+                        help="keep the last run's copy, refresh its tests, rerun only its survivors")
     args = parser.parse_args(argv)
     if args.list or not args.module:
         for name, (source, tests) in MODULES.items():
             print(f"{name:12} {source}  <-  {' '.join(tests)}")
         return 0
-    work = prepare(args.module)
     env = dict(os.environ)
+    again: list[str] = []
+    if args.again and (ROOT / ".mutmut" / args.module / "mutants").is_dir():
+        work = ROOT / ".mutmut" / args.module
+        previous = results(work, {**env, "PYTHONPATH": str(work / "mutants")})
+        again = previous.get("survived", []) + previous.get("no tests", [])
+        for where in (work, work / "mutants"):
+            shutil.rmtree(where / "tests", ignore_errors=True)
+            shutil.copytree(ROOT / "tests", where / "tests",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"))
+        if not again:
+            print("no survivors to rerun", file=sys.stderr)
+    else:
+        work = prepare(args.module)
     # Subprocesses the tests start import the mutated copy too (mutmut selects the mutant by
     # the MUTANT_UNDER_TEST variable they inherit); the ci profile keeps examples fixed.
     env["PYTHONPATH"] = str(work / "mutants")
@@ -127,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     print(f"mutating {MODULES[args.module][0]} in {work}", file=sys.stderr)
     run = subprocess.run(["nice", "-n", "19", sys.executable, "-m", "mutmut", "run",
-                          "--max-children", str(args.max_children)], cwd=work, env=env)
+                          "--max-children", str(args.max_children), *again], cwd=work, env=env)
     by_status = results(work, env)
     counts = {status: len(names) for status, names in sorted(by_status.items())}
     killed = counts.get("killed", 0) + counts.get("timeout", 0)

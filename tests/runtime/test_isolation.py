@@ -198,3 +198,55 @@ def test_integer_outputs_have_no_resolution_floor():
     ids, documents = batch()
     result = check_isolation(lambda i, d, p: i * 0 + d, ids, documents, vocab=VOCAB)
     assert result.resolution == 0.0 and "cannot be seen" not in result.message()
+
+
+# --- what the result says, word for word (tools/mutate.py isolation found these unpinned) ------
+
+from tensorcad.runtime.isolation import IsolationResult, Leak  # noqa: E402
+
+
+def test_a_leak_says_what_moved_where():
+    same = Leak(row=0, document=1, moved_row=0, moved_document=2, largest=0.25, first_position=7)
+    assert same.message() == ("changing document 1 of row 0 moved document 2 of the same row "
+                              "by up to 0.25, first at position 7")
+    other = Leak(row=0, document=1, moved_row=3, moved_document=0, largest=1.5e-7, first_position=0)
+    assert other.message() == ("changing document 1 of row 0 moved document 0 of row 3 "
+                               "by up to 1.5e-07, first at position 0")
+    assert other.to_json() == {"row": 0, "document": 1, "movedRow": 3, "movedDocument": 0,
+                               "largest": 1.5e-7, "firstPosition": 0}
+
+
+def result(**kw):
+    base = dict(leaks=(), perturbed=3, documents=4, own_change=0.5, still=(), compared=40)
+    return IsolationResult(**{**base, **kw})
+
+
+def test_the_results_message_in_each_case():
+    small = Leak(0, 0, 0, 1, 0.1, 5)
+    big = Leak(1, 0, 1, 2, 0.3, 9)
+    assert result(perturbed=0).message() == "no document was perturbed"
+    assert not result(perturbed=0).passed and result(perturbed=0).worst() is None
+    assert result(leaks=(small,)).message() == small.message()
+    assert result(leaks=(small, big)).message() == big.message() + " (1 more leak)"
+    assert result(leaks=(small, big, small)).message() == big.message() + " (2 more leaks)"
+    assert result(leaks=(small, big)).worst() is big and not result(leaks=(small,)).passed
+    assert result(still=((1, 2),)).message() == (
+        "changing document 2 of row 1 moved none of its own outputs: the model ignores its "
+        "tokens, so isolation would pass vacuously")
+    assert not result(still=((1, 2),)).passed
+    assert result().message() == ("isolated: 3 documents changed, every other output bitwise "
+                                  "equal (own outputs moved by at least 0.5)")
+    assert result(resolution=2.0**-21, dtype="float32", scale=12.5).message() == (
+        "isolated: 3 documents changed, every other output bitwise equal (own outputs moved by "
+        "at least 0.5); a leak under 4.77e-07 (half a float32 ulp at outputs up to 12.5) can "
+        "round away and cannot be seen at this dtype and scale")
+    assert result().passed
+
+
+def test_the_results_json_in_full():
+    leak = Leak(0, 0, 0, 1, 0.1, 5)
+    assert result(leaks=(leak,), resolution=0.25, dtype="float16", scale=300.0).to_json() == {
+        "passed": False, "perturbed": 3, "documents": 4, "ownChange": 0.5, "compared": 40,
+        "leaks": 1, "resolution": 0.25, "dtype": "float16", "scale": 300.0,
+        "worst": leak.to_json(), "message": leak.message()}
+    assert result().to_json()["worst"] is None and result().to_json()["passed"] is True
