@@ -250,3 +250,45 @@ def test_the_results_json_in_full():
         "leaks": 1, "resolution": 0.25, "dtype": "float16", "scale": 300.0,
         "worst": leak.to_json(), "message": leak.message()}
     assert result().to_json()["worst"] is None and result().to_json()["passed"] is True
+
+
+class Wrapped(torch.nn.Module):
+    """The same isolated model, its outputs as Hugging Face returns them, or as a tuple."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.inner, self.how = TinyAttention("documents"), how
+
+    def forward(self, ids, documents, positions=None):
+        out = self.inner(ids, documents)
+        if self.how == "logits":
+            return type("CausalLMOutput", (), {"logits": out})()
+        return (out, torch.zeros(1))  # the output first, anything after
+
+
+@pytest.mark.parametrize("how", ["logits", "tuple"])
+def test_outputs_are_found_inside_what_models_return(how):
+    ids, documents = batch()
+    wrapped = check_isolation(Wrapped(how), ids, documents, vocab=VOCAB)
+    plain = check_isolation(TinyAttention("documents"), ids, documents, vocab=VOCAB)
+    assert wrapped.passed and wrapped.own_change == plain.own_change and wrapped.scale == plain.scale
+
+
+def test_outputs_that_are_not_a_tensor_name_the_model():
+    ids, documents = batch()
+    with pytest.raises(TensorcadError) as error:
+        check_isolation(lambda i, d, p: "logits", ids, documents, vocab=VOCAB)
+    assert error.value.path == "model_fn" and error.value.message == "expected a tensor of outputs, got str"
+
+
+def test_a_leak_of_nan_is_a_leak():
+    ids, documents = batch()
+
+    def poisoned(i, d, p):
+        out = TinyAttention("documents")(i, d)
+        # a changed first token turns every later output of its row into NaN
+        return torch.where(i[:, :1, None] != ids[:, :1, None], float("nan"), out)
+
+    result = check_isolation(poisoned, ids, documents, vocab=VOCAB)
+    assert not result.passed and result.worst() is not None
+    assert all(leak.largest != leak.largest for leak in result.leaks)  # NaN, said as NaN
