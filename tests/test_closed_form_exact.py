@@ -209,3 +209,18 @@ def test_bad_input_names_its_path_and_value(call, path, shown):
         call()
     assert error.value.path == path
     assert shown in error.value.message
+
+
+def test_block_sizes_other_than_the_default_are_used():
+    # 256 tokens in 64-token blocks: 4 on and below the diagonal each way, 10 tiles of 64²
+    q, kv = np.arange(256)[:, None], np.arange(256)[None, :]
+    causal = q >= kv
+    assert cf.causal_blocks(256, 64) == (int(causal.sum()), 10 * 64 * 64)
+    kept, computed = cf.fixed_phase_block_counts(64, 24, 16)
+    assert cf.fixed_phase_block_ratio(64, 24, 16) == pytest.approx(
+        computed.mean() * 16 * 16 / kept.mean(), rel=EXACT)
+
+
+def test_ages_before_a_documents_start_always_survive():
+    # P(age >= a) is 1 for every a <= 0: the gamma path clips negative ages to the table's start
+    assert cf.age_survival(7.0, 1.0, [-3, -1, 0]).tolist() == [1.0, 1.0, 1.0]

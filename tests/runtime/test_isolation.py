@@ -118,6 +118,10 @@ def test_sampling_perturbs_a_seeded_subset():
     b = check_isolation(model, ids, documents, vocab=VOCAB, sample=3, seed=4)
     assert a.passed and a.perturbed == 3 and a.documents == 6
     assert a == b
+    # another seed perturbs another subset: the outputs compared (48 less each chosen
+    # document's length, summed) differ, so the seed is seen, not only the sample size
+    c = check_isolation(model, ids, documents, vocab=VOCAB, sample=3, seed=5)
+    assert c.perturbed == 3 and c.compared != a.compared
 
 
 def test_positions_are_passed_through_unchanged():
