@@ -20,5 +20,10 @@ def test_ci_is_derandomized_and_the_others_explore():
 
 
 def test_stated_counts_scale_with_the_loaded_profile():
-    expected = 600 * settings().max_examples // BASE
-    assert scaled(600) == expected and scaled(1) >= 1
+    loaded = settings._current_profile
+    try:
+        for name, want in (("ci", 600), ("default", 600), ("slow", 3000)):
+            settings.load_profile(name)
+            assert scaled(600) == want and scaled(1) == (5 if name == "slow" else 1)
+    finally:
+        settings.load_profile(loaded)
