@@ -154,6 +154,24 @@ def edge_corrected(seq: int, mean: float, spread: float) -> float:
     return 1.0 + float(np.dot(age_survival(mean, spread, ages), weights)) / seq
 
 
+
+def strided(seq: int, mean: float, spread: float, stride: int) -> float:
+    """Every ``stride``-th key of the query's own document, back from itself.
+
+    The mask ``doc(b, q) == doc(b, kv) & (q - kv) % S == 0`` with causality keeps
+    ``1 + floor(min(age, t) / S)`` keys at row offset t, which is
+    ``1 + sum_{k >= 1} [min(age, t) >= kS]``: ``edge_corrected``'s sum over the
+    ages that are multiples of S. No interval decides such a mask's blocks, so
+    the sampler draws its keys; this is what it must agree with. Stride 1 is
+    ``edge_corrected``; spread 0 averages fixed lengths over every phase.
+    """
+    seq = _positive(seq, "seq")
+    stride = check_integer(stride, "stride", 1, MAX_SEQ)
+    ages = np.arange(stride, seq, stride, dtype=np.float64)
+    weights = seq - ages
+    return 1.0 + float(np.dot(age_survival(mean, spread, ages), weights)) / seq
+
+
 # --- whole blocks --------------------------------------------------------------------------
 
 

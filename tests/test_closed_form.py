@@ -250,3 +250,55 @@ def test_edge_corrected_counts_whole_tokens_at_tiny_means(mean, spread):
     age = starts[:, None] + t - np.concatenate(([0], ends))[doc]
     brute = (1 + np.minimum(age, t)).mean()
     assert cf.edge_corrected(seq, mean, spread) == pytest.approx(brute, rel=0.005)
+
+
+# --- every S-th key of the document (the sampler's reference) ---------------------------------
+
+
+def dense_strided_phase_keys(seq: int, length: int, stride: int) -> Fraction:
+    """Every phase and query enumerated: floor(min(age, t) / S) + 1 keys."""
+    phases = np.arange(length, dtype=np.int64)[:, None]
+    t = np.arange(seq, dtype=np.int64)[None, :]
+    age = (phases + t) % length
+    return Fraction(int((np.minimum(age, t) // stride + 1).sum()), length * seq)
+
+
+@pytest.mark.parametrize(("seq", "length", "stride"), [(8192, 1024, 2), (1000, 333, 3), (512, 64, 7),
+                                                       (64, 1000, 5), (300, 40, 64)])
+def test_strided_fixed_lengths_enumerate_every_phase(seq, length, stride):
+    # Both sides are sums of a few thousand floats of modest size: 1e-12 is rounding.
+    assert cf.strided(seq, length, 0.0, stride) == pytest.approx(
+        float(dense_strided_phase_keys(seq, length, stride)), rel=1e-12)
+
+
+@pytest.mark.parametrize("spread", [0.5, 2.0])
+def test_strided_stride_one_is_edge_corrected(spread):
+    assert cf.strided(4096, 256, spread, 1) == cf.edge_corrected(4096, 256, spread)
+
+
+def test_strided_agrees_with_a_brute_force_stream():
+    # The brute-force stream as in stream_keys; a piece of n tokens keeps
+    # sum_{i < n} (floor(i / S) + 1) = n + S q(q - 1)/2 + r q, with n = qS + r.
+    rng = np.random.default_rng(5)
+    seq, mean, spread, stride, rows = 4096, 256, 1.0, 3, 100_000
+    lengths = np.maximum(np.floor(rng.gamma(1.0, mean, 1_000_000) + 0.5), 1).astype(np.int64)
+    ends = np.cumsum(lengths)
+    begin = rng.integers(0, int(ends[-1]) - seq, rows)
+    # pieces: every row split at the document ends inside it
+    first = np.searchsorted(ends, begin, side="right")
+    last = np.searchsorted(ends, begin + seq - 1, side="right")
+    counts = last - first + 1
+    row = np.repeat(np.arange(rows), counts)
+    doc = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + first[row]
+    piece = np.minimum(ends[doc], begin[row] + seq) - np.maximum(ends[doc] - lengths[doc], begin[row])
+    q, r = piece // stride, piece % stride
+    total = (piece + stride * q * (q - 1) // 2 + r * q).sum()
+    measured = float(total) / (rows * seq)
+    # Over 12 seeds this stream's figure spread by 0.19% (one sigma) about the form
+    # (mean gap -0.07%): 0.6% is three sigma.
+    assert measured == pytest.approx(cf.strided(seq, mean, spread, stride), rel=0.006)
+
+
+def test_strided_refuses_a_stride_of_zero():
+    with pytest.raises(TensorcadError, match="stride"):
+        cf.strided(128, 16, 1.0, 0)
