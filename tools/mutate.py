@@ -131,6 +131,14 @@ def main(argv: list[str] | None = None) -> int:
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"))
         if not again:
             print("no survivors to rerun", file=sys.stderr)
+        # mutmut keeps a mutant's last result and skips it: forget the survivors' results
+        for meta in (work / "mutants").rglob("*.py.meta"):
+            data = json.loads(meta.read_text())
+            codes = data.get("exit_code_by_key", {})
+            for name in again:
+                if name in codes:
+                    codes[name] = None
+            meta.write_text(json.dumps(data))
     else:
         work = prepare(args.module)
     # Subprocesses the tests start import the mutated copy too (mutmut selects the mutant by

@@ -128,6 +128,8 @@ def segments(documents: torch.Tensor) -> list[tuple[int, int, int, int]]:
     docs = documents.cpu().numpy()
     out = []
     for r, row in enumerate(docs):
+        if not len(row):  # a row of no tokens holds no document (it would index past its end)
+            continue
         starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
         ends = np.r_[starts[1:], len(row)]
         out.extend((r, int(row[s]), int(s), int(e)) for s, e in zip(starts, ends))
@@ -164,14 +166,16 @@ def check_isolation(
         base = _outputs(model_fn(ids, documents, positions))
         if base.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(base.shape)} do not start with (B, T) = {tuple(ids.shape)}")
-        base_flat = base.reshape(*ids.shape, -1)
+        # (B, T, everything else): the width spelt out, as -1 is ambiguous for a batch of no tokens
+        width = int(np.prod(base.shape[2:], dtype=np.int64))
+        base_flat = base.reshape(*ids.shape, width)
         for index in chosen:
             row, document, first, end = pieces[index]
             changed = ids.clone()
             # A shift in [1, vocab) makes every token differ from the one it replaces.
             shift = torch.randint(1, vocab, (end - first,), generator=generator).to(ids.device, ids.dtype)
             changed[row, first:end] = (ids[row, first:end] + shift) % vocab
-            out = _outputs(model_fn(changed, documents, positions)).reshape(*ids.shape, -1)
+            out = _outputs(model_fn(changed, documents, positions)).reshape(*ids.shape, width)
 
             inside = torch.zeros(ids.shape, dtype=torch.bool)
             inside[row, first:end] = True

@@ -296,3 +296,96 @@ def test_a_leak_of_nan_is_a_leak():
     result = check_isolation(poisoned, ids, documents, vocab=VOCAB)
     assert not result.passed and result.worst() is not None
     assert all(leak.largest != leak.largest for leak in result.leaks)  # NaN, said as NaN
+
+
+@pytest.mark.parametrize("bad, path, message", [
+    (dict(ids=[[1, 2]]), "ids", "expected a (B, T) tensor, got list"),
+    (dict(ids=torch.zeros(24, dtype=torch.long)), "ids", "expected a (B, T) tensor, got torch.Size([24])"),
+    (dict(ids=torch.zeros(2, 24)), "ids", "expected integers, got torch.float32"),
+    (dict(documents=torch.zeros(2, 5, dtype=torch.long)), "documents",
+     "shape (2, 5) differs from ids (2, 24)"),
+    (dict(positions=torch.zeros(2, 5, dtype=torch.long)), "positions",
+     "shape (2, 5) differs from ids (2, 24)"),
+    (dict(positions=torch.zeros(2, 24, dtype=torch.bool)), "positions", "expected integers, got torch.bool"),
+    (dict(vocab=1), "vocab", "expected an integer of at least 2, got 1"),
+    (dict(vocab=2.5), "vocab", "expected an integer of at least 2, got 2.5"),
+    (dict(vocab=True), "vocab", "expected an integer of at least 2, got True"),
+    # a document id that falls back below an earlier one, anywhere along the row
+    (dict(documents=torch.tensor([[0] * 10 + [2] * 10 + [1] * 4, [0] * 24])), "documents",
+     "document ids must never fall along a row"),
+])
+def test_bad_inputs_say_what_is_wrong(bad, path, message):
+    ids, documents = batch()
+    kwargs = dict(ids=ids, documents=documents, vocab=VOCAB) | bad
+    with pytest.raises(TensorcadError) as e:
+        check_isolation(TinyAttention("documents"), kwargs.pop("ids"), kwargs.pop("documents"), **kwargs)
+    assert (e.value.path, e.value.message) == (path, message)
+
+
+def test_outputs_not_shaped_by_the_batch_name_the_model():
+    ids, documents = batch()
+    with pytest.raises(TensorcadError) as e:
+        check_isolation(lambda i, d, p: torch.zeros(24, 2), ids, documents, vocab=VOCAB)
+    assert e.value.path == "model_fn"
+    assert e.value.message == "outputs shaped (24, 2) do not start with (B, T) = (2, 24)"
+
+
+def test_the_smallest_vocabulary_and_sample_are_taken():
+    ids, documents = batch()
+    model = TinyAttention("documents")
+    assert check_isolation(model, ids % 2, documents, vocab=2).passed
+    one = check_isolation(model, ids, documents, vocab=VOCAB, sample=1)
+    assert one.perturbed == 1 and one.passed
+    # the default seed is 0
+    assert check_isolation(model, ids, documents, vocab=VOCAB, sample=3) == \
+        check_isolation(model, ids, documents, vocab=VOCAB, sample=3, seed=0)
+
+
+def test_a_sample_perturbs_distinct_documents():
+    ids, documents = batch()
+    lengths = [end - first for _, _, first, end in segments(documents)]
+    every = check_isolation(TinyAttention("documents"), ids, documents, vocab=VOCAB)
+    for seed in range(4):
+        five = check_isolation(TinyAttention("documents"), ids, documents, vocab=VOCAB, sample=5, seed=seed)
+        # five distinct documents of six: all but one, whose outside outputs are left out
+        assert five.compared in {every.compared - (48 - n) for n in lengths}
+
+
+def test_every_token_of_the_perturbed_document_changes_and_nothing_else():
+    ids, documents = batch()
+    seen = []
+
+    def recording(i, d, p):
+        seen.append(i.clone())
+        return TinyAttention("documents")(i, d)
+
+    check_isolation(recording, ids, documents, vocab=VOCAB)
+    for changed, (row, _, first, end) in zip(seen[1:], segments(documents)):
+        moved = changed != ids
+        assert moved[row, first:end].all() and moved.sum() == end - first
+        assert changed.dtype == ids.dtype and int(changed.min()) >= 0 and int(changed.max()) < VOCAB
+
+
+def test_an_empty_batch_perturbs_nothing():
+    ids = documents = torch.zeros(2, 0, dtype=torch.long)
+    result = check_isolation(lambda i, d, p: torch.zeros(2, 0, 4), ids, documents, vocab=VOCAB)
+    assert (result.perturbed, result.own_change, result.passed) == (0, 0.0, False)
+    assert result.message() == "no document was perturbed" and result.scale == result.resolution == 0.0
+
+
+def test_the_resolution_at_other_dtypes_and_sizes():
+    ids, documents = batch()
+
+    def per_token(dtype):  # isolated by construction: each output reads only its own token
+        return lambda i, d, p: (i.double() / 64 + 8).to(dtype)[..., None]
+
+    half = check_isolation(per_token(torch.bfloat16), ids, documents, vocab=VOCAB)
+    assert half.passed and half.dtype == "bfloat16" and half.resolution == 2.0**-5  # half of 2**-4 at 8
+    one = check_isolation(lambda i, d, p: (i.float() / 64 + 8)[..., None], ids[:1, :1],
+                          torch.zeros(1, 1, dtype=torch.long), vocab=VOCAB)
+    assert one.resolution == 2.0**-21 and 8 <= one.scale < 9  # a single output has a resolution too
+    integers = check_isolation(lambda i, d, p: i[..., None] * 1, ids, documents, vocab=VOCAB)
+    assert integers.scale == integers.resolution == 0.0
+    nothing_finite = check_isolation(lambda i, d, p: torch.full((*i.shape, 2), float("inf")) * i[..., None],
+                                     ids, documents, vocab=VOCAB)
+    assert nothing_finite.scale == nothing_finite.resolution == 0.0
