@@ -125,6 +125,10 @@ def main(argv: list[str] | None = None) -> int:
         work = ROOT / ".mutmut" / args.module
         previous = results(work, {**env, "PYTHONPATH": str(work / "mutants")})
         again = previous.get("survived", []) + previous.get("no tests", [])
+        # the package as it is now: mutmut re-mutates a file whose source changed and reruns
+        # the mutants of every function whose text changed
+        shutil.copytree(ROOT / "tensorcad", work / "tensorcad", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         for where in (work, work / "mutants"):
             shutil.rmtree(where / "tests", ignore_errors=True)
             shutil.copytree(ROOT / "tests", where / "tests",

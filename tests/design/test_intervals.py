@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tensorcad.design.expr import Box, Env, Scope, Verdict, evaluate, interval, parse
+from tensorcad.design.expr.nodes import Const
 
 LOW, HIGH = -5, 5
 VALUES = np.arange(LOW, HIGH + 1)
@@ -49,7 +50,7 @@ HELD = inside(SPANS[Q_SPAN], SPANS[KV_SPAN])
 COMPARISONS = [f"q {op} kv" for op in ("<", "<=", ">", ">=", "==", "!=")] + [
     "q < 2", "2 <= kv", "q > -1", "kv >= 3", "q == 0", "kv != -2", "q - 1 < kv + 1",
     "(q >= 0) & (kv < 2)", "(q >= 0) | (kv < 2)", "~(q < kv)", "(q < 1) == (kv < 1)",
-    "(q < 1) != (kv > 0)",
+    "(q < 1) != (kv > 0)", "where(q > 0, kv < 2, kv > 3)", "where(q < -1, kv == 0, q > 3)",
 ]
 
 
@@ -66,7 +67,8 @@ def test_verdicts_are_exact_on_every_box(text):
 
 
 EXACT_RANGES = ["q + kv", "q - kv", "q * kv", "0 - q", "-kv", "min(q, kv)", "max(q, kv)", "abs(q)",
-                "abs(kv - 2)", "q // 3", "kv // 2", "q % 3", "kv % 4", "q // -2", "q * 3 - kv"]
+                "abs(kv - 2)", "q // 3", "kv // 2", "q % 3", "kv % 4", "q // -2", "q * 3 - kv", "tanh(q)",
+                "tanh(kv - 2)"]
 # Sound but not tight by design: a negative constant divisor gives (m, 0]; a `where` whose
 # condition can go either way gives the union of both branches' whole ranges.
 SOUND_RANGES = ["q % -3", "where(q > 0, q, 7)", "where(kv < q, q - kv, kv * 2)"]
@@ -146,3 +148,82 @@ def test_unbounded_ends_times_zero_are_zero_not_nan():
     box = Box(b=(0.0, 0.0), h=(0.0, 0.0), q=(0.0, 0.0), kv=(0.0, 0.0))
     lo, hi = interval(parse("q * score", Scope("score")), box)  # score unbounded: 0 × ±inf
     assert (float(lo), float(hi)) == (0.0, 0.0)
+
+
+def test_where_takes_one_branch_when_its_condition_is_decided():
+    lo, hi = interval(parse("where(q > 0, q, 7)", Scope("score")), boxes())
+    q_lo, q_hi = SPANS[Q_SPAN, 0], SPANS[Q_SPAN, 1]
+    always, never = q_lo > 0, q_hi <= 0
+    assert np.array_equal(lo[always], q_lo[always]) and np.array_equal(hi[always], q_hi[always])
+    assert np.all(lo[never] == 7) and np.all(hi[never] == 7)
+
+
+def box(**ranges) -> Box:
+    spans = {"b": (0.0, 0.0), "h": (0.0, 0.0), "q": (0.0, 0.0), "kv": (0.0, 0.0), **ranges}
+    return Box(**{k: (np.float64(v[0]), np.float64(v[1])) if k in "b h q kv".split() else v
+                  for k, v in spans.items()})
+
+
+def span(text: str, **ranges) -> tuple[float, float]:
+    lo, hi = interval(parse(text, Scope("score", tensors={"doc"}, tables={"bias": 2})), box(**ranges))
+    return float(lo), float(hi)
+
+
+def test_constants_scores_reads_and_tables_take_their_ranges():
+    true, false = interval(Const(True), box()), interval(Const(False), box())
+    assert (bool(true.can_true), bool(true.can_false)) == (True, False)
+    assert (bool(false.can_true), bool(false.can_false)) == (False, True)
+    assert span("score + 1", score=(np.float64(1.0), np.float64(2.5))) == (2.0, 3.5)
+    assert span("score") == (-np.inf, np.inf)  # no score range given: unbounded
+    reads = {("doc", "q"): (np.int64(3), np.int64(5)), ("doc", "kv"): (np.int64(-2), np.int64(0))}
+    assert span("doc(b, q) * 10 + doc(b, kv)", reads=reads) == (28.0, 50.0)
+    assert span("doc(b, q)") == (-np.inf, np.inf)  # a read the box does not hold: unbounded
+    assert span("bias(h, h) * 2", tables={"bias": (np.float64(-1.5), np.float64(0.25))}) == (-3.0, 0.5)
+    assert span("bias(h, h)") == (-np.inf, np.inf)
+    lo, hi = interval(parse("doc(b, q) + 0", Scope("score", tensors={"doc"})), box(reads=reads))
+    assert lo.dtype == hi.dtype == np.float64
+
+
+def test_float_division_and_mod_widen_where_integers_would_be_exact():
+    # float operands: x // d may round across an integer, so one either side
+    assert span("score // 2", score=(np.float64(3.0), np.float64(7.0))) == (0.0, 4.0)
+    # float mod by a positive constant: [0, m], by a negative one: [m, 0] (not m - 1 / m + 1)
+    assert span("score % 3", score=(np.float64(0.5), np.float64(1.5))) == (0.0, 3.0)
+    assert span("score % -3", score=(np.float64(0.5), np.float64(1.5))) == (-3.0, 0.0)
+    assert span("abs(score)", score=(np.float64(0.5), np.float64(2.0))) == (0.5, 2.0)
+    assert span("abs(score)", score=(np.float64(-3.0), np.float64(-0.5))) == (0.5, 3.0)
+
+
+def test_integers_past_2_to_52_are_widened_and_those_below_are_not():
+    big = 2.0**53
+    # a // 3 with a beyond float64's integers: floor of the float quotient, then one either side
+    lo, hi = span("q // 3", q=(big, big))
+    assert lo == np.floor(big / 3) - 1 and hi == np.floor(big / 3) + 1
+    lo, hi = span("q // 3", q=(-big, 0.0))  # the large end is the low one
+    assert lo == np.floor(-big / 3) - 1 and hi == 1.0
+    lo, hi = span("q // kv", q=(2.0**30, 2.0**30), kv=(-(2.0**30), -1.0))  # |a| * |d| = 2**60
+    assert (lo, hi) == (-(2.0**30) - 1, 0.0)
+    # exactly 2**52 is already past: widened; just below is exact
+    assert span("q // kv", q=(2.0**26, 2.0**26), kv=(2.0**26, 2.0**26)) == (0.0, 2.0)
+    assert span("q // kv", q=(2.0**26 - 1, 2.0**26 - 1), kv=(2.0**26, 2.0**26)) == (0.0, 0.0)
+    # mod: inside one period it is exact only while |a| * m stays below 2**52
+    assert span("q % 4", q=(2.0**50, 2.0**50)) == (0.0, 3.0)
+    assert span("q % 4", q=(2.0**50 - 3, 2.0**50 - 2)) == (1.0, 2.0)
+    assert span("q % 3", q=(2.0**52, 2.0**52 + 1)) == (0.0, 2.0)
+    # products reaching 2**52 get one ulp outward, at either sign
+    for q, kv in ((2.0**26, 2.0**26), (-(2.0**26), 2.0**26)):
+        lo, hi = span("q * kv", q=(q, q), kv=(kv, kv))
+        assert lo < q * kv < hi
+    lo, hi = span("q * kv", q=(-(2**30 + 1), -(2**30 + 1)), kv=(2**30 + 3, 2**30 + 3))
+    assert float(lo) < -(2**30 + 1) * (2**30 + 3) < float(hi)
+
+
+def test_interval_arithmetic_raises_no_floating_point_warning():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's invalid / overflow / divide-by-zero warnings
+        for text in ("q // kv", "q % kv", "score * 0 + q // kv", "score // score", "score * score"):
+            interval(parse(text, Scope("score")), boxes())
+            interval(parse(text, Scope("score")), box(score=(np.float64(-np.inf), np.float64(np.inf)),
+                                                      q=(0.0, 0.0), kv=(0.0, 0.0)))
