@@ -227,3 +227,6 @@ def test_interval_arithmetic_raises_no_floating_point_warning():
             interval(parse(text, Scope("score")), boxes())
             interval(parse(text, Scope("score")), box(score=(np.float64(-np.inf), np.float64(np.inf)),
                                                       q=(0.0, 0.0), kv=(0.0, 0.0)))
+        # invalid (0 x inf) and overflow, which numpy would warn of
+        interval(parse("score * 0", Scope("score")), box(score=(np.float64(-np.inf), np.float64(np.inf))))
+        interval(parse("score * score", Scope("score")), box(score=(np.float64(1e200), np.float64(1e200))))
