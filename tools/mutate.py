@@ -135,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"))
         if not again:
             print("no survivors to rerun", file=sys.stderr)
-        # mutmut keeps a mutant's last result and skips it: forget the survivors' results
+        # mutmut keeps a mutant's last result and skips it: forget the survivors' results, so
+        # the run below checks them again along with every mutant not yet checked
         for meta in (work / "mutants").rglob("*.py.meta"):
             data = json.loads(meta.read_text())
             codes = data.get("exit_code_by_key", {})
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     print(f"mutating {MODULES[args.module][0]} in {work}", file=sys.stderr)
     run = subprocess.run(["nice", "-n", "19", sys.executable, "-m", "mutmut", "run",
-                          "--max-children", str(args.max_children), *again], cwd=work, env=env)
+                          "--max-children", str(args.max_children)], cwd=work, env=env)
     by_status = results(work, env)
     counts = {status: len(names) for status, names in sorted(by_status.items())}
     killed = counts.get("killed", 0) + counts.get("timeout", 0)

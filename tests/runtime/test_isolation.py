@@ -359,11 +359,14 @@ def test_every_token_of_the_perturbed_document_changes_and_nothing_else():
         seen.append(i.clone())
         return TinyAttention("documents")(i, d)
 
-    check_isolation(recording, ids, documents, vocab=VOCAB)
-    for changed, (row, _, first, end) in zip(seen[1:], segments(documents)):
-        moved = changed != ids
-        assert moved[row, first:end].all() and moved.sum() == end - first
-        assert changed.dtype == ids.dtype and int(changed.min()) >= 0 and int(changed.max()) < VOCAB
+    for vocab in (VOCAB, 2):  # at vocab 2 a shift of 0 would leave about half the tokens as they were
+        seen.clear()
+        base = ids % vocab
+        check_isolation(recording, base, documents, vocab=vocab)
+        for changed, (row, _, first, end) in zip(seen[1:], segments(documents)):
+            moved = changed != base
+            assert moved[row, first:end].all() and moved.sum() == end - first
+            assert changed.dtype == ids.dtype and int(changed.min()) >= 0 and int(changed.max()) < vocab
 
 
 def test_an_empty_batch_perturbs_nothing():
