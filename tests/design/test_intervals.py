@@ -230,3 +230,21 @@ def test_interval_arithmetic_raises_no_floating_point_warning():
         # invalid (0 x inf) and overflow, which numpy would warn of
         interval(parse("score * 0", Scope("score")), box(score=(np.float64(-np.inf), np.float64(np.inf))))
         interval(parse("score * score", Scope("score")), box(score=(np.float64(1e200), np.float64(1e200))))
+
+
+@pytest.mark.parametrize("width", [1, 2, 3, 5, 8, 9, 16, 17])
+def test_read_range_is_every_spans_min_and_max(width):
+    # every (lo, hi) span of three rows, against the span's own min and max
+    from tensorcad.design.expr import read_range
+
+    rows = np.random.default_rng(width).integers(-20, 20, (3, width))
+    spans = [(b, lo, hi) for b in range(3) for lo in range(width) for hi in range(lo, width)]
+    b, lo, hi = (np.array(x) for x in zip(*spans))
+    got_lo, got_hi = read_range(rows, b, lo, hi, monotone=False)
+    assert got_lo.dtype == got_hi.dtype == np.float64
+    assert got_lo.tolist() == [rows[r, a:z + 1].min() for r, a, z in spans]
+    assert got_hi.tolist() == [rows[r, a:z + 1].max() for r, a, z in spans]
+    ordered = np.sort(rows, axis=1)  # monotone rows: the ends are the range
+    m_lo, m_hi = read_range(ordered, b, lo, hi, monotone=True)
+    assert m_lo.tolist() == ordered[b, lo].tolist() and m_hi.tolist() == ordered[b, hi].tolist()
+    assert m_lo.dtype == np.float64
