@@ -40,8 +40,15 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                    "tests/design/test_expr_properties.py::test_interval_ranges_are_tight_for_common_cases",
                    "tests/design/test_expr_properties.py::test_equality_verdicts",
                    "tests/design/test_expr_properties.py::test_read_range_matches_brute_force"]),
+    # test_blocks.py's hypothesis suite and its sampled stream tables take most of a minute a
+    # run; the oracle (create_block_mask, every tile) and the exact tables carry the module.
     "tiles": ("tensorcad/analysis/tiles.py",
-              ["tests/analysis/test_blocks.py", "tests/analysis/test_blocks_oracle.py"]),
+              ["tests/analysis/test_blocks_oracle.py"]
+              + [f"tests/analysis/test_blocks.py::{name}" for name in (
+                  "test_aligned_documents_table", "test_causal_and_window_blocks",
+                  "test_counts_and_tiles_equal_create_block_mask_on_drawn_rows",
+                  "test_kept_is_counted_exactly", "test_rows_must_hold_documents_in_order",
+                  "test_one_document_a_row_is_decided_once_a_head")]),
     "isolation": ("tensorcad/runtime/isolation.py", ["tests/runtime/test_isolation.py"]),
     "attention": ("tensorcad/analysis/attention.py", ["tests/analysis/test_attention.py"]),
     "masks": ("tensorcad/codegen/masks.py",

@@ -392,3 +392,10 @@ def test_the_resolution_at_other_dtypes_and_sizes():
     nothing_finite = check_isolation(lambda i, d, p: torch.full((*i.shape, 2), float("inf")) * i[..., None],
                                      ids, documents, vocab=VOCAB)
     assert nothing_finite.scale == nothing_finite.resolution == 0.0
+
+
+def test_a_sample_of_no_documents_is_refused():
+    ids, documents = batch()
+    with pytest.raises(TensorcadError) as e:
+        check_isolation(TinyAttention("documents"), ids, documents, vocab=VOCAB, sample=0)
+    assert (e.value.path, e.value.message) == ("sample", "expected at least 1 document, got 0")
