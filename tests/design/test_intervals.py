@@ -248,3 +248,11 @@ def test_read_range_is_every_spans_min_and_max(width):
     m_lo, m_hi = read_range(ordered, b, lo, hi, monotone=True)
     assert m_lo.tolist() == ordered[b, lo].tolist() and m_hi.tolist() == ordered[b, hi].tolist()
     assert m_lo.dtype == np.float64
+
+
+def test_an_unbounded_quotient_stays_a_number_and_a_stranger_is_refused():
+    # inf / inf is nan at one corner: the range must still be numbers, not nan
+    lo, hi = span("score // score", score=(np.float64(1.0), np.float64(np.inf)))
+    assert lo == lo and hi == hi and lo <= 0 and hi == np.inf
+    with pytest.raises(TypeError, match="not an expression node: 'q'"):
+        interval("q", box())
