@@ -74,6 +74,9 @@ def _config(source: str, tests: list[str]) -> str:
         # torch is not fork-safe once its thread pool has run: workers fork from a server
         # that has only collected the tests (mutmut's own remedy for torch).
         'process_isolation = "forkserver"\n'
+        # a mutant running 5x its tests' usual time is stuck (mutmut's default waits 15x, a
+        # minute a mutant here for those that loop)
+        "timeout_multiplier = 5.0\n"
     )
 
 
