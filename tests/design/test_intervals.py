@@ -256,3 +256,15 @@ def test_an_unbounded_quotient_stays_a_number_and_a_stranger_is_refused():
     assert lo == lo and hi == hi and lo <= 0 and hi == np.inf
     with pytest.raises(TypeError, match="not an expression node: 'q'"):
         interval("q", box())
+
+
+def test_read_range_broadcasts_rows_starts_and_ends_against_each_other():
+    from tensorcad.design.expr import read_range
+
+    rows = np.random.default_rng(0).integers(-9, 9, (2, 5))
+    b, lo, hi = np.arange(2).reshape(2, 1, 1), np.arange(3).reshape(1, 3, 1), np.array([3, 4]).reshape(1, 1, 2)
+    got_lo, got_hi = read_range(rows, b, lo, hi, monotone=False)
+    assert got_lo.shape == got_hi.shape == (2, 3, 2)
+    for r, a, z in np.ndindex(2, 3, 2):
+        assert got_lo[r, a, z] == rows[r, a : hi[0, 0, z] + 1].min()
+        assert got_hi[r, a, z] == rows[r, a : hi[0, 0, z] + 1].max()
