@@ -202,6 +202,8 @@ def test_phase_blocks_at_a_length_past_the_row():
         (lambda: cf.empirical_edge_corrected(0, table({3: 1})), "seq", "0"),
         (lambda: cf.truncated_keys(0, table({3: 1})), "seq", "0"),
         (lambda: cf.split_keys(0, table({3: 1})), "seq", "0"),
+        (lambda: cf.strided(0, 8, 1.0, 2), "seq", "0"),
+        (lambda: cf.strided(64, 8, 1.0, 0), "stride", "0"),
     ],
 )
 def test_bad_input_names_its_path_and_value(call, path, shown):
