@@ -151,8 +151,18 @@ def test_which_blocks_and_how_many_equal_create_block_mask(name, seq, block):
     assert engine_sets(full) == sets(mask.full_kv_indices, mask.full_kv_num_blocks)
     assert engine_sets(partial) == sets(mask.kv_indices, mask.kv_num_blocks)
     counted = count_row_blocks(att, documents, positions, block=block)
-    assert np.array_equal(counted.full, mask.full_kv_num_blocks.numpy())
-    assert np.array_equal(counted.partial, mask.kv_num_blocks.numpy())
+    full, partial = mask.full_kv_num_blocks.numpy(), mask.kv_num_blocks.numpy()
+    if name == "positions":
+        # Sound, not exact: a tile across a document boundary reads positions from 0 to the
+        # longer document's end, so pos(q) - pos(kv) < 50 "may" hold there although no pair of
+        # one document is that close; the engine counts such tiles partial where the BlockMask
+        # has none. It never drops a tile FlexAttention computes, never calls one full wrongly.
+        assert (counted.full == full).all()
+        assert (counted.full + counted.partial >= full + partial).all()
+        assert (counted.partial > partial).any()  # the gap is real: see the comment
+        return
+    assert np.array_equal(counted.full, full)
+    assert np.array_equal(counted.partial, partial)
 
 
 def test_the_cases_are_not_degenerate():
@@ -163,3 +173,27 @@ def test_the_cases_are_not_degenerate():
         assert int(mask.kv_num_blocks.sum()) > 0, name
     documents, positions = rows(256, seed=256 + 64)
     assert int(block_mask("causal", documents, positions, 64, 1).full_kv_num_blocks.sum()) > 0
+
+
+@pytest.mark.parametrize("seq,block", [(2000, 64), (1000, 128)])
+@pytest.mark.parametrize("name", ["mixed", "positions", "banded", "per-head"])
+def test_long_rows_decided_coarse_to_fine_equal_create_block_mask(name, seq, block):
+    # 16-32 blocks a row: count_row_blocks decides runs of 4**k tiles first and splits only
+    # the undecided ones, reading each row's pyramid of document and position ranges
+    att = MASKS[name][0]()
+    documents, positions = rows(seq, seed=seq + block)
+    heads = HEADS if name == "per-head" else 1
+    mask = block_mask(name, documents, positions, block, heads)
+    counted = count_row_blocks(att, documents, positions, block=block)
+    full, partial = mask.full_kv_num_blocks.numpy(), mask.kv_num_blocks.numpy()
+    if name == "positions":
+        # Sound, not exact: a tile across a document boundary reads positions from 0 to the
+        # longer document's end, so pos(q) - pos(kv) < 50 "may" hold there although no pair of
+        # one document is that close; the engine counts such tiles partial where the BlockMask
+        # has none. It never drops a tile FlexAttention computes, never calls one full wrongly.
+        assert (counted.full == full).all()
+        assert (counted.full + counted.partial >= full + partial).all()
+        assert (counted.partial > partial).any()  # the gap is real: see the comment
+        return
+    assert np.array_equal(counted.full, full)
+    assert np.array_equal(counted.partial, partial)
