@@ -76,12 +76,24 @@ def count_row_blocks(attention: Attention, documents: np.ndarray,
     hold these counts to FlexAttention's own ``BlockMask``.
     """
     t = _Tiles.of(attention, documents, positions, block)
+    full, partial = _tile_counts(t)
+    kept = _kept_per_row(attention, t.keep, t.roles, t.batch, None, 0, dense_heads=t.heads)
+    return RowBlocks(full=full, partial=partial, kept=kept)
+
+
+def row_tile_counts(attention: Attention, documents: np.ndarray, positions: np.ndarray | None = None,
+                    block: int = DEFAULT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+    """``count_row_blocks``' full and partial tiles without its kept scores, which it counts densely:
+    for long rows (the editor's preview counts the tiles of rows it cannot draw)."""
+    return _tile_counts(_Tiles.of(attention, documents, positions, block))
+
+
+def _tile_counts(t: _Tiles) -> tuple[np.ndarray, np.ndarray]:
     row, head, qb = (a.ravel() for a in np.meshgrid(np.arange(t.batch.count), np.arange(t.heads),
                                                     np.arange(t.blocks), indexing="ij"))
     full, partial = _decide(t.keep, t.roles, t.batch, row, head, qb, t.block, t.batch.seq)
     shape = (t.batch.count, t.heads, t.blocks)
-    kept = _kept_per_row(attention, t.keep, t.roles, t.batch, None, 0, dense_heads=t.heads)
-    return RowBlocks(full=full.reshape(shape), partial=partial.reshape(shape), kept=kept)
+    return full.reshape(shape), partial.reshape(shape)
 
 
 def tile_verdicts(attention: Attention, documents: np.ndarray, positions: np.ndarray | None = None,

@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -258,11 +259,33 @@ def _text_list(lines, name: str) -> Lengths:
     return _listed(items(), name)
 
 
-def _npy_list(path: Path, name: str) -> Lengths:
+def _npy_promised_bytes(path: Path | BinaryIO) -> tuple[int, int]:
+    """The bytes a .npy header says its data holds, and the bytes there are after the header."""
+    from numpy.lib import format as npy
+
+    fp = path.open("rb") if isinstance(path, Path) else path
     try:
-        array = np.load(path, allow_pickle=False)
+        start = fp.tell()
+        version = npy.read_magic(fp)
+        shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fp)
+        header_end = fp.tell()
+        end = fp.seek(0, 2)
+        fp.seek(start)
+    finally:
+        if isinstance(path, Path):
+            fp.close()
+    return math.prod(shape) * dtype.itemsize, end - header_end
+
+
+def _npy_list(path: Path | BinaryIO, name: str) -> Lengths:
+    try:
+        promised, held = _npy_promised_bytes(path)
+        if promised <= held:
+            array = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as e:
         raise TensorcadError(name, f"not a .npy array: {e}") from None
+    if promised > held:  # numpy would allocate what the header promises before finding it missing
+        raise TensorcadError(name, f"its header promises {promised:,} bytes of lengths; it holds {held:,}")
     if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
         raise TensorcadError(name, f"expected a 1-D array of lengths, got {array.dtype} {array.shape}")
     if array.size == 0:
@@ -278,7 +301,7 @@ def _npy_list(path: Path, name: str) -> Lengths:
     return Lengths.of(array, name)
 
 
-def _parquet_list(path: Path, name: str, column: str | None) -> Lengths:
+def _parquet_list(path: Path | BinaryIO, name: str, column: str | None) -> Lengths:
     try:
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
@@ -344,6 +367,31 @@ def load_lengths(file: str | Path, column: str | None = None) -> Lengths:
         raise TensorcadError(name, "is not UTF-8 text") from None
     except OSError as e:
         raise TensorcadError(name, f"cannot read: {e.strerror}") from None
+
+
+def lengths_from_bytes(data: bytes, name: str, column: str | None = None) -> Lengths:
+    """What ``load_lengths`` reads from a file named ``name``, from its bytes (the editor's upload).
+
+    The same formats by the same suffixes, and the same errors, naming
+    ``name`` and the line or element; nothing is written to disk.
+    """
+    import io
+
+    if not data:
+        raise TensorcadError(name, "is empty")
+    suffix = Path(name).suffix.lower()
+    if suffix == ".npy":
+        return _npy_list(io.BytesIO(data), name)
+    if suffix == ".parquet":
+        return _parquet_list(io.BytesIO(data), name, column)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TensorcadError(name, "is not UTF-8 text") from None
+    if suffix == ".json":
+        return _json_histogram(text, name)
+    lines = text.splitlines()
+    return _csv_histogram(lines, name) if suffix == ".csv" else _text_list(lines, name)
 
 
 def write_histogram(lengths: Lengths, file: str | Path) -> None:

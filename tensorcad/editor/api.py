@@ -18,6 +18,7 @@ import json
 from functools import lru_cache
 from typing import Any
 
+from tensorcad.analysis.context_parallel import DEFAULT_SHARD, SHARDINGS, ContextParallel
 from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint, check_budget
 from tensorcad.analysis.report import Report, analyze as analyze_design
 from tensorcad.design.masks import reads_documents
@@ -30,10 +31,13 @@ from tensorcad.errors import TensorcadError, join, shown
 from tensorcad.packing import packing_of
 from tensorcad.rules import check
 
+from .curve import curve as packing_curve
+from .kernel_blocks import block_overlay, rank_strip
 from .preview import DEFAULT_CELLS, mask_preview, sample_row
 from .walkthrough import walkthrough
 
-OP_KEYS = ("seq", "hardware", "gpus", "mfu", "pricePerGpuHour", "tokens", "packing", "count")
+OP_KEYS = ("seq", "hardware", "gpus", "mfu", "pricePerGpuHour", "tokens", "packing", "count", "cp")
+CP_KEYS = ("size", "shard")
 PACKING_KEYS = ("mean", "spread", "strategy", "lengths")
 
 
@@ -85,6 +89,7 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             raise TensorcadError(join("op", e.path), e.message) from None
     context = design.context if design is not None else 8192
     try:
+        cp = _context_parallel(given.get("cp"))
         op = OperatingPoint(
             seq=given.get("seq", context),
             packing=packing,
@@ -94,12 +99,24 @@ def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
             price_per_gpu_hour=given.get("pricePerGpuHour", DEFAULTS["price"]),
             tokens=given.get("tokens"),
             count=given.get("count", "kept"),
+            cp=cp,
         )
         if design is not None:
             check_budget(design, op)
         return op
     except TensorcadError as e:
         raise TensorcadError(join("op", e.path), e.message) from None
+
+
+def _context_parallel(raw: Any) -> ContextParallel | None:
+    """``op.cp``: ``{size, shard}`` ranks splitting each training row, as ``--cp N --cp-shard S``."""
+    if raw is None:
+        return None
+    cp = _object(raw, "cp")
+    _only(cp, CP_KEYS, "cp")
+    if "size" not in cp:
+        raise TensorcadError("cp.size", "how many ranks? (cp: {size, shard})")
+    return ContextParallel(cp["size"], cp.get("shard") or DEFAULT_SHARD)
 
 
 def _histogram(raw: Any):
@@ -163,9 +180,9 @@ def presets() -> dict:
         d = load(name)
         out.append({"name": name, "context": d.context, "documents": d.input("documents") is not None,
                     "description": d.source.get("description", "")})
-    return {"presets": out, "hardware": list(HARDWARE), "defaults": {
+    return {"presets": out, "hardware": list(HARDWARE), "shardings": list(SHARDINGS), "defaults": {
         "hardware": DEFAULTS["hardware"], "gpus": DEFAULTS["gpus"], "mfu": DEFAULTS["mfu"],
-        "pricePerGpuHour": DEFAULTS["price"]}}
+        "pricePerGpuHour": DEFAULTS["price"], "shard": DEFAULT_SHARD}, "maxUpload": MAX_UPLOAD}
 
 
 def design(name: Any) -> dict:
@@ -229,6 +246,7 @@ def preview(body: Any) -> dict:
     row = sample_row(op.seq, packing, op.seed)
     result = mask_preview(attention, row, body.get("cells", DEFAULT_CELLS), body.get("head", 0))
     n = result.fractions.shape[0]
+    blocks = block_overlay(attention, row, op.block, body.get("head", 0))
     starts = [int(t) for t in (row.documents[1:] != row.documents[:-1]).nonzero()[0] + 1]
     sample = ("one sampled row" if row.sampled else "one document fills the row")
     return {
@@ -239,7 +257,49 @@ def preview(body: Any) -> dict:
         "packing": None if packing is None else packing.to_json(),
         "documentStarts": starts[:4096], "documents": len(starts) + 1,
         "fractions": [[round(float(x), 6) for x in line] for line in result.fractions],
+        "kernelBlocks": blocks,
+        "cpRanks": None if op.cp is None else rank_strip(attention, row, op.cp, op.block),
     }
+
+
+def chart(body: Any) -> dict:
+    """POST /api/chart {design, op}: keys a query and blocks per kept score against the mean document length."""
+    d, op, _ = _request(body, ("op",))
+    key = _key(d)
+    return packing_curve(d, op, lambda at: _report(key, at))
+
+
+MAX_UPLOAD = 3_000_000  # bytes of a lengths file: base64 makes 4,000,000, inside server.MAX_BODY
+
+
+def lengths(body: Any) -> dict:
+    """POST /api/lengths {name, base64}: a lengths file's histogram, read as ``--pack-lengths`` reads it."""
+    import base64
+    import binascii
+    from pathlib import PurePosixPath
+
+    from tensorcad.corpus.histogram import lengths_from_bytes
+
+    body = _object(body, "")
+    _only(body, ("name", "base64"), "")
+    name, data = body.get("name"), body.get("base64")
+    if not isinstance(name, str) or not name.strip() or len(name) > 200:
+        raise TensorcadError("name", "expected the file's name (its suffix says its format), at most 200 characters")
+    if not name.isprintable():
+        raise TensorcadError("name", "the file's name holds characters that are not printable")
+    if not isinstance(data, str):
+        raise TensorcadError("base64", "expected the file's bytes, base64-encoded")
+    try:
+        raw = base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        raise TensorcadError("base64", "is not base64") from None
+    if len(raw) > MAX_UPLOAD:
+        raise TensorcadError("base64", f"a file of {len(raw):,} bytes; at most {MAX_UPLOAD:,} here "
+                                       "(write a histogram with `tensorcad lengths`, which is tiny)")
+    # Only the base name is shown back, and it is never opened: the bytes came with it.
+    shown_name = PurePosixPath(name.replace("\\", "/")).name or "lengths"
+    read = lengths_from_bytes(raw, shown_name)
+    return {"name": shown_name, "histogram": read.to_json(), "summary": read.summary()}
 
 
 def catalog() -> dict:

@@ -86,6 +86,8 @@ class Handler(BaseHTTPRequestHandler):
         "/api/rules": api.rules,
         "/api/preview": api.preview,
         "/api/operating-point": api.check_op,
+        "/api/chart": api.chart,
+        "/api/lengths": api.lengths,
     }
 
     # -- responses -------------------------------------------------------------

@@ -353,7 +353,8 @@ def mcp_calls(draw):
 
 PATHS = ["/", "/api/presets", "/api/design?name=nano-sort", "/api/design?name=", "/api/design?name=%0a%1b",
          "/api/design?name=../../etc/passwd", "/api/catalog", "/api/initial", "/api/validate", "/api/analyze",
-         "/api/rules", "/api/preview", "/api/operating-point", "/static/app.js", "/static/../server.py",
+         "/api/rules", "/api/preview", "/api/operating-point", "/api/chart", "/api/lengths", "/static/app.js",
+         "/static/../server.py",
          "/static/%2e%2e/server.py", "/static/", "//", "/nope", "*", "http://evil.example/", "/" + "a" * 10000,
          "/api/presets?" + "a=1&" * 500]
 HOSTS = ["127.0.0.1:{PORT}", "localhost:{PORT}", "evil.example", "127.0.0.1", "127.0.0.1:{PORT}.evil.example", "",
@@ -389,7 +390,8 @@ http_bodies = st.one_of(
 def http_requests(draw):
     method = draw(st.sampled_from(["GET"] * 4 + ["POST"] * 8 + ["HEAD", "PUT", "DELETE", "OPTIONS", "TRACE",
                                    "CONNECT", "BREW", "get", "G\x00T", ""]))
-    fitting = ["/api/validate", "/api/analyze", "/api/rules", "/api/preview", "/api/operating-point"] \
+    fitting = ["/api/validate", "/api/analyze", "/api/rules", "/api/preview", "/api/operating-point", "/api/chart",
+               "/api/lengths"] \
         if method == "POST" else ["/", "/api/presets", "/api/design?name=nano-sort", "/api/catalog", "/static/app.js"]
     path = draw(st.one_of(st.sampled_from(fitting), st.sampled_from(PATHS)))
     version = draw(st.one_of(st.just("HTTP/1.1"), st.sampled_from(["HTTP/1.1", "HTTP/1.0", "HTTP/0.9", "HTTP/2.0",

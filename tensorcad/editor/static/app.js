@@ -1,6 +1,9 @@
-// tensorcad editor: the page's logic. Plain JavaScript, no build step, nothing fetched
-// from anywhere but this server. The server does every count; this file only asks and draws.
-"use strict";
+// tensorcad editor: the page's logic. Plain JavaScript modules, no build step, nothing fetched
+// from anywhere but this server. The server does every count; these files only ask and draw.
+import { $, call, el, fixed, int } from "./dom.js";
+import { DesignView } from "./design-view.js";
+import { renderChart, renderPreview, renderRanks } from "./drawings.js";
+import { renderReadout, renderRules, renderWalkthrough } from "./readout.js";
 
 const OP_KEY = "tensorcad.op";          // the operating point, kept across visits
 const DESIGN_KEY = "tensorcad.design";  // the text being edited, kept across visits
@@ -8,77 +11,18 @@ const PRESET_KEY = "tensorcad.preset";
 const CELLS = 128;                      // the preview's grid: CELLS x CELLS cells
 const DEBOUNCE_MS = 350;
 
-const $ = (id) => document.getElementById(id);
-
 const state = {
   presets: [],
   defaults: {},
-  op: { seq: 8192, hardware: null, gpus: null, mfu: null, pricePerGpuHour: null, packing: null },
+  op: { seq: 8192, hardware: null, gpus: null, mfu: null, pricePerGpuHour: null, packing: null, cp: null },
+  maxUpload: 0,         // bytes of a lengths file the server reads
+  lengths: null,        // an uploaded lengths file, as the server read it: {name, histogram, summary}
   described: null,      // the last design the server accepted: inputs, attentions
   attention: 0,
   generation: 0,        // answers to older edits are dropped
   timer: null,
+  view: null,           // the design view (tree, inspector, history)
 };
-
-// -- talking to the server -----------------------------------------------------
-
-async function call(method, path, body) {
-  const init = { method, headers: {} };
-  if (body !== undefined) {
-    init.headers["Content-Type"] = "application/json";
-    init.body = JSON.stringify(body);
-  }
-  const response = await fetch(path, init);
-  let data;
-  try {
-    data = await response.json();
-  } catch (e) {
-    data = { error: `the server answered ${response.status} without JSON`, path: "" };
-  }
-  return { ok: response.ok, status: response.status, data };
-}
-
-// -- numbers as people read them -------------------------------------------------
-
-const int = (x) => Math.round(x).toLocaleString("en-US");
-const fixed = (x, digits) => x.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
-
-function si(x, unit) {
-  for (const [prefix, scale] of [["P", 1e15], ["T", 1e12], ["G", 1e9], ["M", 1e6], ["k", 1e3]]) {
-    if (Math.abs(x) >= scale) return `${fixed(x / scale, 2)} ${prefix}${unit}`;
-  }
-  return `${fixed(x, 2)} ${unit}`;
-}
-
-// Memory in binary units, as the CLI prints it (tensorcad/format.py).
-function binaryBytes(n) {
-  for (const [unit, scale] of [["TiB", 2 ** 40], ["GiB", 2 ** 30], ["MiB", 2 ** 20], ["KiB", 2 ** 10]]) {
-    if (Math.abs(n) >= scale) return `${fixed(n / scale, 2)} ${unit}`;
-  }
-  return `${int(n)} B`;
-}
-
-function duration(seconds) {
-  if (seconds >= 2 * 86400) return `${fixed(seconds / 86400, 1)} days`;
-  if (seconds >= 3600) return `${fixed(seconds / 3600, 1)} hours`;
-  if (seconds >= 60) return `${fixed(seconds / 60, 1)} minutes`;
-  return `${fixed(seconds, seconds >= 1 ? 1 : 3)} s`;
-}
-
-const percent = (x) => `${fixed(100 * x, 1)}%`;
-
-// -- small DOM helpers (text only: nothing the server says is read as HTML) ------
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (key === "class") node.className = value;
-    else if (key.startsWith("data-")) node.setAttribute(key, value);
-    else node[key] = value;
-  }
-  for (const child of children) node.append(child instanceof Node ? child : String(child));
-  return node;
-}
 
 function showError(target, error) {
   const line = $(target);
@@ -105,7 +49,7 @@ function setStatus(text, busy = false) {
 }
 
 function markStale(stale) {
-  for (const id of ["readout", "rules", "walkthrough", "preview"]) $(id).classList.toggle("stale", stale);
+  for (const id of ["readout", "rules", "walkthrough", "preview", "blocks", "chart-box", "ranks"]) $(id).classList.toggle("stale", stale);
 }
 
 // -- the operating point -----------------------------------------------------------
@@ -128,13 +72,18 @@ function readOpForm() {
   state.op.gpus = numberOrNull($("gpus"), true);
   state.op.mfu = numberOrNull($("mfu"), false);
   state.op.pricePerGpuHour = numberOrNull($("price"), false);
-  if ($("pack").checked) {
+  if ($("pack").checked && state.lengths) {
+    // A lengths file replaces the mean and spread: the engine reads both off the histogram.
+    state.op.packing = { lengths: state.lengths.histogram, strategy: $("strategy").value || "stream" };
+  } else if ($("pack").checked) {
     // An empty spread is sent as null: a mean alone gets spread 1, as on the command line.
     state.op.packing = { mean: numberOrNull($("docs"), false), spread: numberOrNull($("spread"), false),
                          strategy: $("strategy").value || "stream" };
   } else {
     state.op.packing = null;
   }
+  const size = $("cp-size").value;
+  state.op.cp = size ? { size: Number(size), shard: $("cp-shard").value } : null;
 }
 
 function defaultDocs() {
@@ -150,9 +99,12 @@ function writeOpForm() {
   $("mfu").value = op.mfu ?? state.defaults.mfu ?? "";
   $("price").value = op.pricePerGpuHour ?? state.defaults.pricePerGpuHour ?? "";
   $("pack").checked = op.packing !== null;
-  $("docs").value = op.packing ? op.packing.mean : "";
-  $("spread").value = op.packing ? op.packing.spread : "";
+  const lengths = op.packing && op.packing.lengths ? state.lengths : null;
+  $("docs").value = lengths ? fixed(lengths.summary.mean, 0).replace(/,/g, "") : (op.packing ? op.packing.mean ?? "" : "");
+  $("spread").value = lengths ? lengths.summary.spread.toFixed(2) : (op.packing ? op.packing.spread ?? "" : "");
   $("strategy").value = (op.packing && op.packing.strategy) || "stream";
+  $("cp-size").value = op.cp ? String(op.cp.size) : "";
+  $("cp-shard").value = op.cp ? op.cp.shard : (state.defaults.shard || "headtail");
   showPacking();
 }
 
@@ -162,12 +114,22 @@ function showPacking() {
   const documents = state.described ? state.described.documents : false;
   const packed = state.op.packing !== null;
   $("packing").hidden = !(documents || packed);
-  $("docs").disabled = !packed;
-  $("spread").disabled = !packed;
+  const fromFile = packed && state.lengths !== null && state.op.packing.lengths !== undefined;
+  $("docs").disabled = !packed || fromFile;
+  $("spread").disabled = !packed || fromFile;
   $("strategy").disabled = !packed;
+  $("lengths-file").disabled = !packed;
+  $("lengths-readout").hidden = !fromFile;
+  if (fromFile) {
+    const s = state.lengths.summary;
+    $("lengths-name").textContent = `${state.lengths.name}: ${int(s.documents)} documents, mean ${fixed(s.mean, 1)}, `
+      + `spread ${fixed(s.spread, 2)}, p99 ${int(s.p99)}, max ${int(s.max)}. `;
+  }
+  $("cp-shard").disabled = !$("cp-size").value;
   let note = "";
   if (packed && !documents) note = "This design has no documents input: the packing changes nothing. Untick to take it off.";
   else if (!packed) note = "Off: one document fills each row.";
+  else if (fromFile) note = "Training rows hold documents drawn from the file's lengths. Serving stays one document a sequence.";
   else note = "Training rows hold documents of this mean length (gamma lengths; spread 0 fixed, 1 exponential). Serving stays one document a sequence.";
   $("packing-note").textContent = note;
 }
@@ -184,17 +146,24 @@ async function restoreOp() {
   const op = Object.assign({}, state.op);
   for (const key of Object.keys(op)) if (key in stored) op[key] = stored[key];
   let answer = await call("POST", "/api/operating-point", { op });
-  if (!answer.ok && String(answer.data.path || "").startsWith("op.packing")) {
-    $("op-notice").textContent = `Dropped a stored packing the engine refuses (${answer.data.error}).`;
-    $("op-notice").hidden = false;
-    op.packing = null;
-    answer = await call("POST", "/api/operating-point", { op });
+  for (const [part, words] of [["packing", "packing"], ["cp", "context parallelism"]]) {
+    if (!answer.ok && String(answer.data.path || "").startsWith(`op.${part}`)) {
+      $("op-notice").textContent = `Dropped a stored ${words} the engine refuses (${answer.data.error}).`;
+      $("op-notice").hidden = false;
+      op[part] = null;
+      answer = await call("POST", "/api/operating-point", { op });
+    }
   }
   if (!answer.ok) {
     $("op-notice").textContent = `Dropped a stored operating point the engine refuses (${answer.data.error}).`;
     $("op-notice").hidden = false;
     localStorage.removeItem(OP_KEY);
     return;
+  }
+  if (op.packing && op.packing.lengths) {
+    // The file's name and summary are not stored: the engine reads the histogram again.
+    const read = answer.data.op.packing;
+    state.lengths = { name: "stored lengths", histogram: op.packing.lengths, summary: read.lengths };
   }
   state.op = op;
   storeOp();
@@ -220,6 +189,7 @@ async function loadPreset(name) {
   localStorage.setItem(PRESET_KEY, name);
   localStorage.setItem(DESIGN_KEY, $("design").value);
   state.attention = 0;
+  state.view.load($("design").value);
   writeOpForm();
   storeOp();
   await update();
@@ -246,6 +216,7 @@ async function update() {
     showError(onOp ? "op-error" : "design-error", answer.data);
     showError(onOp ? "design-error" : "op-error", null);
     $("design").classList.toggle("invalid", !onOp);
+    state.view.judged(onOp ? null : answer.data);
     markStale(true);
     setStatus(onOp ? "the operating point is refused" : "the design is refused; your text is kept");
     document.body.dataset.state = "error";
@@ -254,107 +225,31 @@ async function update() {
   showError("design-error", null);
   showError("op-error", null);
   $("design").classList.remove("invalid");
+  state.view.judged(null);
   state.described = answer.data.design;
   if (state.attention >= state.described.attentions.length) state.attention = 0;
   showPacking();
   renderReadout(answer.data.report);
+  renderRanks(answer.data.report);
   renderWalkthrough(answer.data.walkthrough);
   renderAttentions();
-  const [rules, preview] = await Promise.all([
+  const [rules, preview, chart] = await Promise.all([
     call("POST", "/api/rules", { text, op }),
     state.described.attentions.length
       ? call("POST", "/api/preview", { text, op, attention: state.attention, cells: CELLS })
       : Promise.resolve(null),
+    call("POST", "/api/chart", { text, op }),
   ]);
   if (generation !== state.generation) return;
   renderRules(rules);
   renderPreview(preview);
+  renderChart(chart);
   markStale(false);
   setStatus(`analysed in ${fixed((performance.now() - started) / 1000, 2)} s`);
   document.body.dataset.state = "ready";
 }
 
-// -- the readout -------------------------------------------------------------------
-
-function renderReadout(report) {
-  const rows = [];
-  const row = (name, field, raw, value, detail = "", cls = "") => rows.push({ name, field, raw, value, detail, cls });
-  const section = (name) => rows.push({ section: name });
-  const p = report.params, f = report.flops, k = f.packed, t = report.training, s = report.serving;
-  const op = report.operatingPoint;
-
-  section("model");
-  row("params", "params.total", p.total, int(p.total), `embedding ${int(p.embedding)}, matmul ${int(p.matmul)}`);
-  row("forward / token", "flops.fwdPerToken", f.fwdPerToken, si(f.fwdPerToken, "FLOP"), "one document a row");
-  row("attention", "flops.fwdAttention", f.fwdAttention, si(f.fwdAttention, "FLOP"),
-      `${percent(f.attentionShare)} of the forward pass`, "sub");
-  row("keys / query", "flops.keysPerQuery", f.keysPerQuery, fixed(f.keysPerQuery, 1), `at ${int(op.seq)} tokens`, "sub");
-
-  section("training");
-  row("train / token", "flops.trainPerToken", f.trainPerToken, si(f.trainPerToken, "FLOP"),
-      k ? "one document a row" : "3 × forward; the cost counts from this");
-  if (k) {
-    row("packed train / token", "flops.packed.trainPerToken", k.trainPerToken, si(k.trainPerToken, "FLOP"),
-        `${op.packing.mean.toLocaleString("en-US")}-token documents, spread ${op.packing.spread}: the cost counts from this`, "sub packed");
-    row("packed attention", "flops.packed.fwdAttention", k.fwdAttention, si(k.fwdAttention, "FLOP"),
-        `${fixed(k.keysPerQuery, 1)} keys a query, ${percent(k.attentionShare)} of the forward pass`, "sub packed");
-    row("in whole blocks", "flops.packed.blockRatio", k.blockRatio, `${fixed(k.blockRatio, 2)}×`,
-        `a kernel computing whole 128 × 128 blocks: ${si(k.fwdAttentionBlocks, "FLOP")} a token`, "sub packed");
-    if (k.packing && k.packing.strategy !== "stream") {
-      row("padding", "flops.packed.packing.padding", k.packing.padding, percent(k.packing.padding),
-          `${k.packing.strategy}: figures per real token; ${percent(k.packing.truncated)} of documents truncated`,
-          "sub packed");
-    }
-  }
-  row("tokens", "training.tokens", t.tokens, si(t.tokens, ""), op.tokens ? "the budget" : "20 a parameter (Chinchilla)");
-  row("time", "training.seconds", t.seconds, duration(t.seconds),
-      `${int(op.gpus)} × ${op.hardware} at ${percent(op.mfu)} MFU`);
-  const money = (x) => (x >= 100 ? `$${int(x)}` : `$${fixed(x, 2)}`);
-  const hours = t.gpuHours >= 100 ? int(t.gpuHours) : fixed(t.gpuHours, 3);
-  row("cost", "training.cost", t.cost, money(t.cost), `${hours} GPU-hours at $${op.pricePerGpuHour}/hour`);
-
-  section("serving");
-  row("forward / token", "serving.fwdPerToken", s.fwdPerToken, si(s.fwdPerToken, "FLOP"), "one document a sequence");
-  if (s.perStream) {
-    row("KV cache / stream", "serving.perStream.kvCacheBytes", s.perStream.kvCacheBytes,
-        binaryBytes(s.perStream.kvCacheBytes), `${op.serveDtype} at full context`, "sub");
-    row("decode / token", "serving.perStream.decodeFlopsPerToken", s.perStream.decodeFlopsPerToken,
-        si(s.perStream.decodeFlopsPerToken, "FLOP"), "at full context", "sub");
-  }
-
-  const table = $("readout");
-  table.replaceChildren(...rows.map((r) => r.section
-    ? el("tr", { class: "section" }, el("td", { colSpan: 3 }, r.section))
-    : el("tr", { class: r.cls, "data-field": r.field },
-        el("td", { class: "name" }, r.name),
-        el("td", { class: "value", "data-field": r.field, "data-value": String(r.raw) }, r.value),
-        el("td", { class: "detail" }, r.detail))));
-}
-
-// -- rules, walkthrough, attentions ------------------------------------------------
-
-function renderRules(answer) {
-  const table = $("rules");
-  if (!answer || !answer.ok) {
-    table.replaceChildren(el("tr", {}, el("td", { class: "none" }, answer ? answer.data.error : "")));
-    return;
-  }
-  const found = answer.data.diagnostics;
-  if (!found.length) {
-    table.replaceChildren(el("tr", {}, el("td", { class: "none" }, "no findings")));
-    return;
-  }
-  table.replaceChildren(...found.map((d) => el("tr", { "data-rule": d.rule },
-    el("td", {}, el("span", { class: `sev ${d.severity}` }, d.severity)),
-    el("td", {}, d.rule),
-    el("td", { class: "path" }, d.path),
-    el("td", {}, d.message))));
-}
-
-function renderWalkthrough(steps) {
-  $("walkthrough").replaceChildren(...steps.map((s) =>
-    el("li", { "data-step": s.step }, el("b", {}, s.title), s.text)));
-}
+// -- the attention picker ------------------------------------------------------------
 
 function renderAttentions() {
   const select = $("attention");
@@ -365,56 +260,37 @@ function renderAttentions() {
   $("attention-pick").hidden = list.length < 2;
 }
 
-// -- the mask preview ------------------------------------------------------------------
+// -- a lengths file -------------------------------------------------------------------
 
-function shade(fraction) {
-  // White (nothing kept) to the accent blue (everything kept), linear in the fraction.
-  const mix = (from, to) => Math.round(from + (to - from) * fraction);
-  return `rgb(${mix(255, 31)}, ${mix(255, 78)}, ${mix(255, 156)})`;
-}
-
-function renderPreview(answer) {
-  const canvas = $("preview");
-  const context = canvas.getContext("2d");
-  context.fillStyle = "#fff";
-  context.fillRect(0, 0, canvas.width, canvas.height);
-  const caption = $("preview-caption");
-  if (!answer) {
-    caption.textContent = "no attention to preview";
-    canvas.dataset.state = "empty";
+// The file's bytes go to the server, which reads them as `--pack-lengths` reads a file (by its
+// suffix: a JSON or CSV histogram, a text, .npy or Parquet list); the page keeps the histogram.
+async function readLengthsFile() {
+  const file = $("lengths-file").files[0];
+  if (!file) return;
+  if (file.size > state.maxUpload) {  // refused here rather than sent: the server would refuse it too
+    showError("op-error", { error: `${file.name} is ${int(file.size)} bytes; at most ${int(state.maxUpload)} here `
+      + "(write a histogram with `tensorcad lengths`, which is tiny)", path: "" });
+    $("lengths-file").value = "";
     return;
   }
+  const bytes = new Uint8Array(await file.arrayBuffer());
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  setStatus(`reading ${file.name}…`, true);
+  const answer = await call("POST", "/api/lengths", { name: file.name, base64: btoa(binary) });
   if (!answer.ok) {
-    caption.textContent = answer.data.error;
-    canvas.dataset.state = "error";
+    showError("op-error", answer.data);
+    $("lengths-file").value = "";
+    setStatus("the lengths file is refused");
+    document.body.dataset.state = "error";
     return;
   }
-  const p = answer.data;
-  const n = p.cells;
-  const edge = (i) => Math.round((i * canvas.width) / n);
-  let kept = 0;
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < n; j++) {
-      const f = p.fractions[i][j];
-      if (f <= 0) continue;
-      kept++;
-      context.fillStyle = shade(f);
-      context.fillRect(edge(j), edge(i), edge(j + 1) - edge(j), edge(i + 1) - edge(i));
-    }
-  }
-  canvas.dataset.state = "drawn";
-  canvas.dataset.cells = String(n);
-  canvas.dataset.keptCells = String(kept);
-  canvas.dataset.sample = p.sample;
-
-  const what = p.sampled
-    ? `${p.packing.mean.toLocaleString("en-US")}-token documents, spread ${p.packing.spread}: ${p.documents} documents or pieces`
-    : "no packing";
-  const exact = p.exact ? "exact counts" : `estimated from every ${p.stride}th query and key`;
-  caption.replaceChildren(
-    el("b", { id: "preview-sample" }, p.sample), ` of ${int(p.seq)} tokens (${what}). `,
-    `${n} × ${n} cells of ${int(p.cellTokens)} tokens; the shade is the fraction of scores kept (${exact}). `,
-    `Keeps ${p.keeps}.`);
+  showError("op-error", null);
+  state.lengths = answer.data;
+  readOpForm();
+  writeOpForm();
+  storeOp();
+  await update();
 }
 
 // -- wiring -----------------------------------------------------------------------------
@@ -423,6 +299,14 @@ async function start() {
   const presets = await call("GET", "/api/presets");
   state.presets = presets.data.presets;
   state.defaults = presets.data.defaults;
+  state.maxUpload = presets.data.maxUpload;
+  $("cp-shard").replaceChildren(...presets.data.shardings.map((h) => el("option", { value: h }, h)));
+  state.view = new DesignView((text) => {
+    localStorage.setItem(DESIGN_KEY, text);
+    localStorage.removeItem(PRESET_KEY);
+    $("preset").value = "";
+    schedule();
+  });
   for (const p of state.presets) $("preset").append(el("option", { value: p.name }, p.name));
   $("hardware").replaceChildren(...presets.data.hardware.map((h) => el("option", { value: h }, h)));
   call("GET", "/api/catalog").then((answer) => { if (answer.ok) $("catalog").textContent = answer.data.text; });
@@ -432,12 +316,14 @@ async function start() {
 
   $("preset").addEventListener("change", () => { if ($("preset").value) loadPreset($("preset").value); });
   $("design").addEventListener("input", () => {
+    state.view.typed($("design").value);
     localStorage.setItem(DESIGN_KEY, $("design").value);
     localStorage.removeItem(PRESET_KEY);
     $("preset").value = "";
     schedule();
   });
   $("op").addEventListener("input", (event) => {
+    if (event.target === $("lengths-file")) return;  // read on "change", by readLengthsFile
     if (event.target === $("pack") && $("pack").checked) {
       if (!$("docs").value) $("docs").value = defaultDocs();
       if (!$("spread").value) $("spread").value = 1;   // real corpora vary: spread starts at 1
@@ -448,6 +334,18 @@ async function start() {
     schedule();
   });
   $("op").addEventListener("submit", (event) => event.preventDefault());
+  $("lengths-file").addEventListener("change", readLengthsFile);
+  $("lengths-clear").addEventListener("click", () => {
+    state.lengths = null;
+    $("lengths-file").value = "";
+    readOpForm();
+    writeOpForm();
+    storeOp();
+    schedule();
+  });
+  $("show-blocks").addEventListener("change", () => {
+    $("blocks").hidden = !$("show-blocks").checked || $("blocks").dataset.state !== "drawn";
+  });
   $("attention").addEventListener("change", () => {
     state.attention = Number($("attention").value);
     update();
@@ -457,6 +355,7 @@ async function start() {
   const storedText = localStorage.getItem(DESIGN_KEY);
   if (initial.ok && initial.data.design) {
     $("design").value = JSON.stringify(initial.data.design, null, 2);
+    state.view.load($("design").value);
     // A design opened from the command line is analysed at its own context, as a preset is.
     state.op.seq = initial.data.context;
     writeOpForm();
@@ -464,6 +363,7 @@ async function start() {
     await update();
   } else if (storedText) {
     $("design").value = storedText;
+    state.view.load(storedText);
     $("preset").value = localStorage.getItem(PRESET_KEY) || "";
     await update();
   } else {
