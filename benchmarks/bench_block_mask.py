@@ -109,6 +109,14 @@ def test_from_documents_vs_create_block_mask(benchmark, seq):
                              3 if seq <= 32768 else 1)
         info.update(compiled_s=compiled_s, ratio_compiled=compiled_s / ours_s)
     benchmark.extra_info.update(info)
+    if not benchmark.disabled:
+        # The speed-ups claimed, as ratios of timings taken in this run (docs/performance.md
+        # measured 548-3,310x eager and 129-887x compiled): the targets, ≥ 200x eager at 8,192
+        # and ≥ 5x compiled, with the eager floor a quarter of the smallest measured at 2,048.
+        if "ratio_eager" in info:
+            assert info["ratio_eager"] >= (200 if seq >= 8192 else 50), info
+        if "ratio_compiled" in info:
+            assert info["ratio_compiled"] >= 5, info
 
 
 # -- once a batch vs once a layer --------------------------------------------------------
@@ -171,3 +179,9 @@ def test_block_mask_once_a_batch_vs_every_layer(benchmark, layers, builder):
     )
     assert ns["RUNTIME_PATHS"]["block_mask"] == (
         "from_ranges" if builder == "from_documents" else "create_block_mask")
+    if not benchmark.disabled:
+        # Sharing one mask across layers must never cost: every layer over once a batch stays
+        # at or above 0.9 (alternating rounds on a shared machine move it ~5%). The saving
+        # itself is small on CPU, where attention dominates (0.96-1.12x measured), so no
+        # larger speed-up is claimed.
+        assert statistics.median(ratios) >= 0.9, ratios

@@ -114,5 +114,9 @@ def test_forward_block_mask_once_a_batch_vs_every_layer(benchmark, compile_):
         ratio_every_layer_to_once=ratio,
     )
     assert builds_once == 1 and len(builds) / rounds == 1 + LAYERS
+    if not benchmark.disabled:
+        # what the cache claims, as a ratio from this run: one build instead of eight never
+        # makes the forward slower (≥ 0.9 allows a shared machine's noise between rounds)
+        assert ratio >= 0.9, ratios
     print(f"\n{ns['RUNTIME_PATHS']}: once a batch {statistics.median(once_s):.3f} s, every layer "
           f"{statistics.median(every_s):.3f} s, ratio {ratio:.2f}")

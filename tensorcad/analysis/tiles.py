@@ -113,8 +113,11 @@ def tile_verdicts(attention: Attention, documents: np.ndarray, positions: np.nda
                                                              else (lo_kv, hi_kv)))
              for port, index in tensor_reads(t.keep)}
     verdict = interval(t.keep, Box(b=(r, r), h=(h, h), q=(lo_q, hi_q), kv=(lo_kv, hi_kv), reads=reads))
-    return (np.broadcast_to(verdict.always, r.shape).copy(),
-            np.broadcast_to(verdict.maybe, r.shape).copy())
+    full = np.broadcast_to(verdict.always, r.shape).copy()
+    partial = np.broadcast_to(verdict.maybe, r.shape).copy()
+    # past the row's end FlexAttention pads with masked scores: such a tile is never full
+    ragged = ((i == t.blocks - 1) | (j == t.blocks - 1)) & (seq % block != 0)
+    return full & ~ragged, partial | (full & ragged)
 
 
 def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, head: np.ndarray,
@@ -127,8 +130,41 @@ def _decide(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray, h
     """
     ranges = ranges_of(keep, role_of, int(head.max()) + 1 if len(head) else 1)
     if ranges is not None:
-        return decide_from_ranges(ranges, batch, row, head, qb, block, seq)
-    return _decide_by_intervals(keep, role_of, batch, row, head, qb, block, seq)
+        full, partial = decide_from_ranges(ranges, batch, row, head, qb, block, seq)
+    else:
+        full, partial = _decide_by_intervals(keep, role_of, batch, row, head, qb, block, seq)
+    return _ragged_edge(keep, role_of, batch, row, head, qb, block, seq, full, partial)
+
+
+def _ragged_edge(keep, role_of, batch, row, head, qb, block, seq, full, partial):
+    """A tile hanging past the row's end is never full: FlexAttention pads it with masked scores.
+
+    When ``seq`` is not a whole number of blocks, ``create_block_mask`` pads the last
+    query and key blocks with positions that keep nothing, so a tile there that keeps
+    every real score is partial, not full. Computed tiles (full + partial) are unchanged.
+    """
+    if seq % block == 0 or len(row) == 0:
+        return full, partial
+    last = -(-seq // block) - 1
+    full, partial = full.copy(), partial.copy()
+    # the last query block: every tile of it hangs past the end
+    edge = qb == last
+    partial[edge] += full[edge]
+    full[edge] = 0
+    # other query blocks: only their tile in the last key block does
+    rest = np.flatnonzero(~edge)
+    q_lo, kv_lo = qb[rest] * block, np.full(len(rest), last * block)
+    q_hi, kv_hi = q_lo + block - 1, np.full(len(rest), seq - 1)
+    r = row[rest]
+    reads = {(port, index): batch.over(role_of[port], r, *((q_lo, q_hi) if index == "q"
+                                                          else (kv_lo, kv_hi)))
+             for port, index in tensor_reads(keep)}
+    verdict = interval(keep, Box(b=(r, r), h=(head[rest], head[rest]), q=(q_lo, q_hi),
+                                 kv=(kv_lo, kv_hi), reads=reads))
+    moved = rest[np.broadcast_to(verdict.always, r.shape)]
+    full[moved] -= 1
+    partial[moved] += 1
+    return full, partial
 
 
 def _decide_by_intervals(keep: Expr, role_of: dict[str, str], batch: Rows, row: np.ndarray,

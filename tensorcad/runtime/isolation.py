@@ -11,6 +11,11 @@ equal to the unperturbed run: a masked score contributes an exact zero, so
 A model whose outputs ignore the tokens would pass that trivially, so the check
 also measures how far each perturbed document's *own* outputs moved
 (``own_change``) and fails when any perturbation moved nothing at all.
+
+Bitwise equality still has a floor: a leak smaller than half the spacing of the
+outputs' dtype at their magnitude rounds away and moves no bit. The result states
+that floor (``resolution``: half a ulp at the largest output) so a pass says what it
+could not see rather than passing silently.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ class IsolationResult:
     own_change: float  # smallest, over perturbed documents, of the largest change in their own outputs
     still: tuple[tuple[int, int], ...]  # (row, document) perturbations that moved nothing of their own
     compared: int  # outputs (positions) held to bitwise equality, over all passes
+    resolution: float = 0.0  # half the dtype's spacing at the largest |output|: smaller leaks can round away
+    dtype: str = ""  # the outputs' dtype, which sets the resolution
+    scale: float = 0.0  # the largest |output| of the unperturbed run
 
     @property
     def passed(self) -> bool:
@@ -74,13 +82,17 @@ class IsolationResult:
             row, document = self.still[0]
             return (f"changing document {document} of row {row} moved none of its own outputs: "
                     "the model ignores its tokens, so isolation would pass vacuously")
+        unseen = (f"; a leak under {self.resolution:.3g} (half a {self.dtype} ulp at outputs up to "
+                  f"{self.scale:.3g}) can round away and cannot be seen at this dtype and scale"
+                  if self.resolution > 0 else "")
         return (f"isolated: {self.perturbed} documents changed, every other output bitwise equal "
-                f"(own outputs moved by at least {self.own_change:.3g})")
+                f"(own outputs moved by at least {self.own_change:.3g}){unseen}")
 
     def to_json(self) -> dict:
         worst = self.worst()
         return {"passed": self.passed, "perturbed": self.perturbed, "documents": self.documents,
                 "ownChange": self.own_change, "compared": self.compared, "leaks": len(self.leaks),
+                "resolution": self.resolution, "dtype": self.dtype, "scale": self.scale,
                 "worst": worst.to_json() if worst else None, "message": self.message()}
 
 
@@ -116,6 +128,8 @@ def segments(documents: torch.Tensor) -> list[tuple[int, int, int, int]]:
     docs = documents.cpu().numpy()
     out = []
     for r, row in enumerate(docs):
+        if not len(row):  # a row of no tokens holds no document (it would index past its end)
+            continue
         starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
         ends = np.r_[starts[1:], len(row)]
         out.extend((r, int(row[s]), int(s), int(e)) for s, e in zip(starts, ends))
@@ -152,14 +166,16 @@ def check_isolation(
         base = _outputs(model_fn(ids, documents, positions))
         if base.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(base.shape)} do not start with (B, T) = {tuple(ids.shape)}")
-        base_flat = base.reshape(*ids.shape, -1)
+        # (B, T, everything else): the width spelt out, as -1 is ambiguous for a batch of no tokens
+        width = int(np.prod(base.shape[2:], dtype=np.int64))
+        base_flat = base.reshape(*ids.shape, width)
         for index in chosen:
             row, document, first, end = pieces[index]
             changed = ids.clone()
             # A shift in [1, vocab) makes every token differ from the one it replaces.
             shift = torch.randint(1, vocab, (end - first,), generator=generator).to(ids.device, ids.dtype)
             changed[row, first:end] = (ids[row, first:end] + shift) % vocab
-            out = _outputs(model_fn(changed, documents, positions)).reshape(*ids.shape, -1)
+            out = _outputs(model_fn(changed, documents, positions)).reshape(*ids.shape, width)
 
             inside = torch.zeros(ids.shape, dtype=torch.bool)
             inside[row, first:end] = True
@@ -172,10 +188,24 @@ def check_isolation(
             outside = moved & ~inside
             if bool(outside.any()):
                 leaks.extend(_leaks(out, base_flat, outside, doc_of, row, document))
+    scale, resolution = _resolution(base_flat)
     return IsolationResult(
         leaks=tuple(leaks), perturbed=len(chosen), documents=len(pieces),
         own_change=min(own_changes) if own_changes else 0.0, still=tuple(still), compared=compared,
+        resolution=resolution, dtype=str(base.dtype).removeprefix("torch."), scale=scale,
     )
+
+
+def _resolution(outputs: torch.Tensor) -> tuple[float, float]:
+    """(largest |output|, half the dtype's spacing there): 0 resolution for integer outputs."""
+    if not outputs.dtype.is_floating_point or outputs.numel() == 0:
+        return 0.0, 0.0
+    finite = outputs.detach()[torch.isfinite(outputs.detach())].abs()
+    if finite.numel() == 0:
+        return 0.0, 0.0
+    top = finite.max()
+    spacing = torch.nextafter(top, torch.tensor(float("inf"), dtype=top.dtype)) - top
+    return float(top), float(spacing) / 2
 
 
 def _leaks(out, base, outside, doc_of, row, document) -> list[Leak]:

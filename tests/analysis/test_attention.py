@@ -98,16 +98,18 @@ def test_packed_mask_of_positions_against_dense_count():
 def test_fixed_documents_phase_average():
     llama = load("llama-3-8b-documents").attentions()[0][0]
     estimate = keys_per_query(llama, 8192, Packing(1024, 0))
-    assert estimate.mean == pytest.approx(cf.fixed_phase_average(8192, 1024), rel=0.001)
+    # decided exactly (every phase, band by band): equal to the closed form, not near it
+    assert estimate.mean == cf.fixed_phase_average(8192, 1024) and estimate.stderr == 0
     assert cf.fixed_phase_average(8192, 1024) == pytest.approx(491.1667, abs=1e-4)
 
 
 @pytest.mark.parametrize("seq,length", [(8192, 256), (4096, 1000), (131072, 1024)])
 def test_other_fixed_documents(seq, length):
     estimate = keys_per_query(DOCUMENTS, seq, Packing(length, 0))
-    assert estimate.mean == pytest.approx(cf.fixed_phase_average(seq, length), rel=0.001)
+    assert estimate.mean == pytest.approx(cf.fixed_phase_average(seq, length), rel=1e-12)
 
 
+GAMMA_GAP = 5e-4  # twice the largest gap measured between the stream and the gamma law
 GAMMA = [(spread, seq, mean) for spread in (0.5, 1.0, 2.0)
          for seq, mean in ((8192, 256), (32768, 1024), (4096, 256), (16384, 512), (2048, 512))]
 
@@ -115,17 +117,22 @@ GAMMA = [(spread, seq, mean) for spread in (0.5, 1.0, 2.0)
 @pytest.mark.parametrize("spread,seq,mean", GAMMA)
 def test_gamma_lengths_edge_corrected(spread, seq, mean):
     estimate = keys_per_query(DOCUMENTS, seq, Packing(mean, spread))
-    assert estimate.mean == pytest.approx(cf.edge_corrected(seq, mean, spread), rel=0.01)
+    # The sampler is its stream's exact mean (test_sampler_is_every_window_of_its_stream, 1e-9);
+    # the stream's quantile lengths differ from the gamma law by at most 0.024% over this grid
+    # (measured: largest at spread 2), so twice that.
+    assert estimate.mean == pytest.approx(cf.edge_corrected(seq, mean, spread), rel=GAMMA_GAP)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2, 7])
 @pytest.mark.parametrize("spread", [0.5, 1.0, 2.0])
-def test_gamma_eight_documents_a_row(spread, seed):
+def test_gamma_eight_documents_a_row(spread):
     # The headline case. The 1,024 rows drawn hold +2.4% more keys than this at
     # seed 0 (spread 1): which long documents their edges cut. The control
-    # variate's exact mean over every window of the stream takes that out.
-    estimate = keys_per_query(DOCUMENTS, 8192, Packing(1024, spread), seed=seed)
-    assert estimate.mean == pytest.approx(cf.edge_corrected(8192, 1024, spread), rel=0.01)
+    # variate's exact mean over every window of the stream takes that out, so
+    # for a document mask the figure is the same at every seed, to the bit.
+    estimates = [keys_per_query(DOCUMENTS, 8192, Packing(1024, spread), seed=seed)
+                 for seed in (0, 1, 7)]
+    assert len({e.mean for e in estimates}) == 1 and all(e.stderr == 0 for e in estimates)
+    assert estimates[0].mean == pytest.approx(cf.edge_corrected(8192, 1024, spread), rel=GAMMA_GAP)
 
 
 def test_the_rows_drawn_are_noisier_than_the_sampler():

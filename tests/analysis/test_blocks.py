@@ -7,6 +7,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_profiles import scaled  # tests/: the profile's example counts
+
 from tensorcad import closed_form as cf
 from tensorcad.analysis.blocks import block_counts
 from tensorcad.analysis.tiles import count_row_blocks, tile_verdicts
@@ -36,7 +38,9 @@ def test_aligned_documents_table(length, kept, computed):
 def test_stream_table(length, table):
     counted = block_counts(LLAMA, 8192, Packing(length, 0))
     exact = cf.fixed_phase_block_ratio(8192, length)
-    assert counted.ratio == pytest.approx(exact, abs=0.01)
+    # sampled tiles (no error reported by block_counts): measured within 0.16% of the exact
+    # phase average over this table (largest at L = 128), so 0.2%
+    assert counted.ratio == pytest.approx(exact, rel=2e-3)
     assert round(exact, 2) == pytest.approx(table, abs=0.01)
 
 
@@ -57,14 +61,33 @@ def test_causal_and_window_blocks():
     assert mistral.kept == pytest.approx(kept)
 
 
-def test_counts_match_every_tile_decided_alone():
+def test_counts_and_tiles_equal_create_block_mask_on_drawn_rows():
+    # Rows the packing draws (gamma lengths), two masks, held to FlexAttention's own
+    # BlockMask tile by tile: test_blocks_oracle.py does the same over hand-made rows.
+    torch = pytest.importorskip("torch")
+    from torch.nn.attention.flex_attention import create_block_mask
+
     documents, positions = draw(6, 1024, 150, 1.0, seed=1)
-    for att in (LLAMA, attention("(doc(b, q) == doc(b, kv)) & (pos(b, kv) < 40 + 16 * h)",
-                                 roles={"doc": "documents", "pos": "positions"})):
+    doc, pos = torch.from_numpy(documents), torch.from_numpy(positions)
+
+    def document_causal(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (doc[b, q_idx] == doc[b, kv_idx])
+
+    def early_positions(b, h, q_idx, kv_idx):
+        return document_causal(b, h, q_idx, kv_idx) & (pos[b, kv_idx] < 40 + 16 * h)
+
+    early = attention("(doc(b, q) == doc(b, kv)) & (pos(b, kv) < 40 + 16 * h)",
+                      roles={"doc": "documents", "pos": "positions"})
+    for att, mask_mod, heads in ((LLAMA, document_causal, None), (early, early_positions, 4)):
+        mask = create_block_mask(mask_mod, B=6, H=heads, Q_LEN=1024, KV_LEN=1024, device="cpu")
         counted = count_row_blocks(att, documents, positions)
+        assert np.array_equal(counted.full, mask.full_kv_num_blocks.numpy())
+        assert np.array_equal(counted.partial, mask.kv_num_blocks.numpy())
         full, partial = tile_verdicts(att, documents, positions)
-        assert (counted.full == full.sum(axis=3)).all()
-        assert (counted.partial == partial.sum(axis=3)).all()
+        for tiles, indices, counts in ((full, mask.full_kv_indices, mask.full_kv_num_blocks),
+                                       (partial, mask.kv_indices, mask.kv_num_blocks)):
+            for b, h, i in np.ndindex(*counts.shape):
+                assert set(np.flatnonzero(tiles[b, h, i])) == set(indices[b, h, i, : counts[b, h, i]].tolist())
 
 
 def test_kept_is_counted_exactly():
@@ -125,7 +148,7 @@ def rows(draw_):
     return np.stack(out)
 
 
-@settings(max_examples=250, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(250), suppress_health_check=[HealthCheck.too_slow])
 @given(mask=masks(), causal=st.booleans(), documents=rows())
 def test_intervals_never_miss_a_kept_score(mask, causal, documents):
     att = attention(mask, causal=causal, heads=HEADS, roles={"doc": "documents", "pos": "positions"})
@@ -143,8 +166,10 @@ def test_intervals_never_miss_a_kept_score(mask, causal, documents):
             all_kept = tiles.all(axis=(1, 3))
             assert not (any_kept & ~(full[b, h] | partial[b, h])).any(), "a kept score was skipped"
             assert not (full[b, h] & ~all_kept).any(), "a tile called full drops a score"
-    counted = count_row_blocks(att, documents, positions, block=BLOCK)
-    assert (counted.full == full.sum(axis=3)).all() and (counted.partial == partial.sum(axis=3)).all()
+            # the coarse-to-fine counter is sound against the points too (not only against tile_verdicts)
+            counted = count_row_blocks(att, documents, positions, block=BLOCK)
+            assert counted.full[b, h].sum() <= all_kept.sum()
+            assert (counted.full + counted.partial)[b, h].sum() >= any_kept.sum()
 
 
 # -- the rows' own noise and one document a row ------------------------------------------
@@ -161,17 +186,19 @@ def test_gamma_blocks_take_out_the_rows_noise(spread):
     for count in counted:
         assert count.kept == pytest.approx(exact, rel=0.005)
         assert count.computed == pytest.approx(counted[0].computed, rel=0.005)
-        assert count.computed == pytest.approx((count.full + count.partial) * 128 * 128)
 
 
 def test_one_document_a_row_is_decided_once_a_head():
-    att = attention("q - kv < 128 * (h + 1)")  # four heads, each a window of its own
+    att = attention("q - kv < 128 * (h + 1)")  # four heads, each a causal window of its own
     counted = block_counts(att, 2048, None)
-    alone = count_row_blocks(att, np.zeros((1, 2048), dtype=np.int64))
-    per_head = (alone.full + alone.partial).sum(axis=2)[0]
-    assert per_head.shape == (4,)
-    assert counted.computed == per_head.mean() * 128 * 128
-    assert counted.full == alone.full.sum(axis=2).mean()
+    # head h is a sliding window of 128 (h + 1): its closed form, and its full tiles counted
+    # from every point of the dense mask
+    computed = [cf.window_blocks(2048, 128 * (h + 1), 128)[1] for h in range(4)]
+    assert counted.computed == np.mean(computed)
+    q, kv = np.arange(2048)[:, None], np.arange(2048)[None, :]
+    full = [(((q >= kv) & (q - kv < 128 * (h + 1))).reshape(16, 128, 16, 128).all(axis=(1, 3))).sum()
+            for h in range(4)]
+    assert counted.full == np.mean(full)
 
 
 def test_counts_are_cached():

@@ -16,6 +16,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_profiles import scaled  # tests/: the profile's example counts
+
 import tensorcad
 from tensorcad.analysis.context_parallel import ContextParallel, row_work
 
@@ -87,7 +89,7 @@ def rows(draw, shard: str):
     return lengths, size, block
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(st.sampled_from(["contiguous", "headtail", "per-document", "ptrr"]).flatmap(
     lambda shard: st.tuples(st.just(shard), rows(shard))))
 def test_every_sharding_equals_its_brute_force(case):
@@ -116,7 +118,7 @@ def _windowed(window: int):
     return _WINDOWED[window]
 
 
-@settings(max_examples=60)
+@settings(max_examples=scaled(60))
 @given(st.sampled_from(["contiguous", "headtail", "per-document", "ptrr"]).flatmap(
     lambda shard: st.tuples(st.just(shard), rows(shard))), st.integers(1, 200))
 def test_sliding_windows_equal_their_brute_force(case, window):

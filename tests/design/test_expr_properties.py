@@ -24,6 +24,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_profiles import scaled  # tests/: the profile's example counts
+
 from tensorcad.design.expr import (
     Box,
     Env,
@@ -191,7 +193,7 @@ def assert_sound(result, values: np.ndarray, i: int, text: str, n: int = 3) -> N
 # -- the properties --------------------------------------------------------
 
 
-@settings(max_examples=600, **FAST)
+@settings(max_examples=scaled(600), **FAST)
 @given(text=st.one_of(MASK_TEXT, SCORE_TEXT))
 def test_printing_and_reparsing_gives_the_same_expression(text):
     scope = SCORE if "score" in text or "cap" in text or "bias" in text or "." in text else MASK
@@ -205,7 +207,7 @@ def test_printing_and_reparsing_gives_the_same_expression(text):
     assert to_text(parse(printed, scope)) == printed
 
 
-@settings(max_examples=700, **FAST)
+@settings(max_examples=scaled(700), **FAST)
 @given(text=MASK_TEXT, packing=packings(), spans=boxes())
 def test_numpy_points_lie_inside_the_mask_intervals(text, packing, spans):
     docs, pos = packing
@@ -217,7 +219,7 @@ def test_numpy_points_lie_inside_the_mask_intervals(text, packing, spans):
         assert_sound(result, np.broadcast_to(values, grid(s)["q"].shape), i, text)
 
 
-@settings(max_examples=300, **FAST)
+@settings(max_examples=scaled(300), **FAST)
 @given(text=SCORE_TEXT, packing=packings(), spans=boxes(),
        score_range=st.tuples(st.floats(-50, 50), st.floats(0, 40)),
        seed=st.integers(0, 2**16))
@@ -249,7 +251,7 @@ HOSTILE = [
 ]
 
 
-@settings(max_examples=400, **FAST)
+@settings(max_examples=scaled(400), **FAST)
 @given(valid=MASK_TEXT, hostile=st.sampled_from(HOSTILE),
        where=st.sampled_from(["{v} & ({h})", "({h}) > {v}", "where({v}, {h}, q) > 0", "{h}"]))
 def test_hostile_text_is_refused_without_side_effects(valid, hostile, where, tmp_path_factory):
@@ -267,7 +269,7 @@ def test_hostile_text_is_refused_without_side_effects(valid, hostile, where, tmp
         os.chdir(cwd)
 
 
-@settings(max_examples=150, **FAST)
+@settings(max_examples=scaled(150), **FAST)
 @given(packing=packings(), block=st.sampled_from([1, 2, 3, 4, 6, 8]),
        window=st.integers(1, 12))
 def test_causal_window_and_document_masks_are_exact_on_aligned_blocks(packing, block, window):
@@ -307,7 +309,7 @@ def test_causal_window_and_document_masks_are_exact_on_aligned_blocks(packing, b
 # -- read_range ------------------------------------------------------------
 
 
-@settings(max_examples=0 or 100, **FAST)
+@settings(max_examples=scaled(100), **FAST)
 @given(rows=st.lists(st.lists(st.integers(-50, 50), min_size=T, max_size=T), min_size=2,
                      max_size=2), spans=st.lists(st.tuples(st.integers(0, 1), st.integers(0, T - 1),
                                                           st.integers(0, T - 1)), min_size=1, max_size=20))

@@ -14,6 +14,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_profiles import scaled  # tests/: the profile's example counts
+
 torch = pytest.importorskip("torch")
 flex = pytest.importorskip("torch.nn.attention.flex_attention")
 
@@ -238,7 +240,7 @@ def test_score_mod_inside_flex_attention():
 # -- random masks: printed torch against numpy ------------------------------
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.deferred(lambda: _mask_text()), seed=st.integers(0, 1000))
 def test_random_printed_masks_agree_with_numpy(text, seed):
     from test_expr_properties import MASK as GENERATED_SCOPE

@@ -35,7 +35,15 @@ def results():
 
 
 def _close(measured, documented):
-    assert documented / 10 <= measured <= documented * 10, (measured, documented)
+    # float32 round-off (a few ulps of outputs near 0.8, or of a rotation at a large angle): its
+    # exact value moves with reduction order across threads and machines, its size does not.
+    # Measured here within 1.3x of the table; a factor of 2 holds the table's order of magnitude.
+    assert documented / 2 <= measured <= documented * 2, (measured, documented)
+
+
+def _printed(measured, documented, digits=2):
+    # a systematic figure, not round-off: equal to the table at the digits it prints
+    assert float(f"{measured:.{digits}g}") == documented, (measured, documented)
 
 
 def test_restarting_positions_match_each_document_alone(results):
@@ -52,7 +60,7 @@ def test_straight_positions_break_only_the_learned_table(results):
     assert learned.straight > 0.1 * learned.output_scale  # "large": a sizeable part of the outputs
     rot, lea = _row("Counted straight through")
     _close(rotary.straight, rot)
-    _close(learned.straight, lea)
+    _printed(learned.straight, lea)
 
 
 def test_large_positions_cost_a_rotation_precision(results):

@@ -1,0 +1,187 @@
+"""Mutation testing of one core module against its own tests: `python tools/mutate.py MODULE`.
+
+    python tools/mutate.py closed_form          # one module (names below), niced
+    python tools/mutate.py closed_form --max-children 1
+    python tools/mutate.py --list               # the modules and the tests each is held to
+
+mutmut (pinned in constraints.txt, the `mutation` extra) rewrites every function of the module
+into a trampoline and, for each mutant, reruns only the selected tests that reached that
+function. Each module runs in its own scratch copy of the repository (.mutmut/MODULE/, git
+ignored) with a [tool.mutmut] section written for it, so the modules never share mutmut's
+cache and the checkout is never touched. The test selections are the module's own fast
+tests (no `slow`, no compiled flex): the run is CPU-heavy on a shared machine.
+
+Prints killed / survived / timeout / other and the surviving mutants' names; `--json` for
+machines. docs/testing.md records the scores and explains every survivor that is kept.
+Not part of the default suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# module -> (source file, its own test files). Fast tests only: mutmut reruns them per mutant.
+MODULES: dict[str, tuple[str, list[str]]] = {
+    "closed_form": ("tensorcad/closed_form.py",
+                    ["tests/test_closed_form.py", "tests/test_closed_form_exact.py"]),
+    # test_expr_properties' hypothesis suites (soundness on random expressions) take ~10 s a
+    # run; its exact unit checks are kept, the exhaustive small boxes carry the rest.
+    "intervals": ("tensorcad/design/expr/intervals.py",
+                  ["tests/design/test_intervals.py",
+                   "tests/design/test_expr_properties.py::test_interval_ranges_are_tight_for_common_cases",
+                   "tests/design/test_expr_properties.py::test_equality_verdicts",
+                   "tests/design/test_expr_properties.py::test_read_range_matches_brute_force"]),
+    # test_blocks.py's hypothesis suite and its sampled stream tables take most of a minute a
+    # run; the oracle (create_block_mask, every tile) and the exact tables carry the module.
+    "tiles": ("tensorcad/analysis/tiles.py",
+              ["tests/analysis/test_blocks_oracle.py"]
+              + [f"tests/analysis/test_blocks.py::{name}" for name in (
+                  "test_aligned_documents_table", "test_causal_and_window_blocks",
+                  "test_counts_and_tiles_equal_create_block_mask_on_drawn_rows",
+                  "test_kept_is_counted_exactly", "test_rows_must_hold_documents_in_order",
+                  "test_one_document_a_row_is_decided_once_a_head")]),
+    "isolation": ("tensorcad/runtime/isolation.py", ["tests/runtime/test_isolation.py"]),
+    "attention": ("tensorcad/analysis/attention.py", ["tests/analysis/test_attention.py"]),
+    "masks": ("tensorcad/codegen/masks.py",
+              ["tests/codegen/test_mask_table.py", "tests/codegen/test_mask_content.py"]),
+    "packing": ("tensorcad/packing.py", ["tests/test_packing.py"]),
+}
+
+# What the tests import or read besides the package under mutation.
+ALSO_COPY = ["harness", "conftest.py", "snapshots", "docs", "README.md", "benchmarks"]
+
+
+def _config(source: str, tests: list[str]) -> str:
+    def toml_list(items):
+        return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["tensorcad"]\n'
+        f"only_mutate = {toml_list([source])}\n"
+        f"also_copy = {toml_list(ALSO_COPY)}\n"
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+        # xdist off: mutmut runs pytest in-process; one example set per run (the ci profile).
+        'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider"]\n'
+        # torch is not fork-safe once its thread pool has run: workers fork from a server
+        # that has only collected the tests (mutmut's own remedy for torch).
+        'process_isolation = "forkserver"\n'
+        # a mutant running 5x its tests' usual time is stuck (mutmut's default waits 15x, a
+        # minute a mutant here for those that loop)
+        "timeout_multiplier = 5.0\n"
+    )
+
+
+def prepare(module: str) -> Path:
+    source, tests = MODULES[module]
+    work = ROOT / ".mutmut" / module
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    for name in ["tensorcad", "tests", *ALSO_COPY]:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, work / name, ignore=ignore)
+        elif path.exists():
+            shutil.copy2(path, work / name)
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (work / "pyproject.toml").write_text(pyproject + _config(source, tests))
+    # mutmut fills mutants/ itself; it must exist before Python starts, or the PYTHONPATH entry
+    # below is cached as a missing directory and never searched.
+    (work / "mutants").mkdir()
+    return work
+
+
+STATUS = re.compile(r"^\s*(\S+):\s*(killed|survived|timeout|suspicious|no tests|skipped|"
+                    r"segfault|not checked|check was interrupted by user|caught by type check)\s*$")
+
+
+def results(work: Path, env: dict) -> dict[str, list[str]]:
+    shown = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"],
+                           cwd=work, env=env, capture_output=True, text=True)
+    by_status: dict[str, list[str]] = {}
+    for line in shown.stdout.splitlines():
+        match = STATUS.match(line)
+        if match:
+            by_status.setdefault(match.group(2), []).append(match.group(1))
+    return by_status
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("module", nargs="?", choices=sorted(MODULES))
+    parser.add_argument("--list", action="store_true", help="the modules and their test selections")
+    parser.add_argument("--max-children", type=int, default=2, help="parallel mutant runs (default 2)")
+    parser.add_argument("--json", action="store_true", help="the counts and survivors as JSON")
+    parser.add_argument("--again", action="store_true",
+                        help="keep the last run's copy, refresh its tests, rerun only its survivors")
+    args = parser.parse_args(argv)
+    if args.list or not args.module:
+        for name, (source, tests) in MODULES.items():
+            print(f"{name:12} {source}  <-  {' '.join(tests)}")
+        return 0
+    env = dict(os.environ)
+    again: list[str] = []
+    if args.again and (ROOT / ".mutmut" / args.module / "mutants").is_dir():
+        work = ROOT / ".mutmut" / args.module
+        previous = results(work, {**env, "PYTHONPATH": str(work / "mutants")})
+        again = previous.get("survived", []) + previous.get("no tests", [])
+        # the package as it is now: mutmut re-mutates a file whose source changed and reruns
+        # the mutants of every function whose text changed
+        shutil.copytree(ROOT / "tensorcad", work / "tensorcad", dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for where in (work, work / "mutants"):
+            shutil.rmtree(where / "tests", ignore_errors=True)
+            shutil.copytree(ROOT / "tests", where / "tests",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"))
+        if not again:
+            print("no survivors to rerun", file=sys.stderr)
+        # mutmut keeps a mutant's last result and skips it: forget the survivors' results, so
+        # the run below checks them again along with every mutant not yet checked
+        for meta in (work / "mutants").rglob("*.py.meta"):
+            data = json.loads(meta.read_text())
+            codes = data.get("exit_code_by_key", {})
+            for name in again:
+                if name in codes:
+                    codes[name] = None
+            meta.write_text(json.dumps(data))
+    else:
+        work = prepare(args.module)
+    # Subprocesses the tests start import the mutated copy too (mutmut selects the mutant by
+    # the MUTANT_UNDER_TEST variable they inherit); the ci profile keeps examples fixed.
+    env["PYTHONPATH"] = str(work / "mutants")
+    env.setdefault("HYPOTHESIS_PROFILE", "ci")
+    # one thread a worker: mutmut runs --max-children workers on a shared machine
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    print(f"mutating {MODULES[args.module][0]} in {work}", file=sys.stderr)
+    run = subprocess.run(["nice", "-n", "19", sys.executable, "-m", "mutmut", "run",
+                          "--max-children", str(args.max_children)], cwd=work, env=env)
+    by_status = results(work, env)
+    counts = {status: len(names) for status, names in sorted(by_status.items())}
+    killed = counts.get("killed", 0) + counts.get("timeout", 0)
+    total = sum(counts.values()) - counts.get("skipped", 0)
+    summary = {"module": args.module, "source": MODULES[args.module][0], "counts": counts,
+               "score": round(100 * killed / total, 1) if total else None,
+               "survived": by_status.get("survived", []), "mutmutExit": run.returncode}
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"{args.module}: " + ", ".join(f"{n} {s}" for s, n in counts.items())
+              + (f"; {summary['score']}% killed or timed out" if total else ""))
+        for name in summary["survived"]:
+            print(f"  survived: {name}  (python -m mutmut show {name}, in {work})")
+    (work / "summary.json").write_text(json.dumps(summary, indent=2))
+    return 0 if run.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
