@@ -23,6 +23,7 @@ from typing import Any, Callable
 from tensorcad.errors import TensorcadError
 
 from .settings import Settings
+from .subject import drawn_batch
 
 
 def import_factory(name: str, path: str = "tensorcad.model") -> Callable[..., Any]:
@@ -54,23 +55,6 @@ def vocab_of_model(model_fn: Any) -> int | None:
                 if isinstance(value, int) and not isinstance(value, bool) and value > 1:
                     return value
     return None
-
-
-def drawn_batch(settings: Settings, vocab: int) -> tuple[Any, Any, Any]:
-    """(ids, documents, positions), int64 (rows, seq): the engine's packing, ids uniform over ``vocab``."""
-    import numpy as np
-    import torch
-
-    from tensorcad.packing import draw, positions_of
-
-    settings = settings.for_design(None)
-    if settings.pack is None:
-        documents = np.zeros((settings.rows, settings.seq), dtype=np.int64)
-        positions = positions_of(documents)
-    else:
-        documents, positions = draw(settings.rows, settings.seq, settings.pack, settings.spread, settings.seed)
-    ids = torch.randint(0, vocab, (settings.rows, settings.seq), generator=torch.Generator().manual_seed(settings.seed))
-    return ids, torch.from_numpy(documents), torch.from_numpy(positions)
 
 
 def collated_batch(collator: Callable[..., Any], batch: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:

@@ -36,26 +36,33 @@ def vocab_of(design: Design) -> int:
 
 
 def draw_batch(design: Design, settings: Settings) -> tuple[Any, Any, Any]:
-    """(ids, documents, positions), int64 torch tensors (rows, seq).
+    """(ids, documents, positions), int64 torch tensors (rows, seq), for ``design``.
 
     Documents and positions come from `tensorcad.packing.draw`, the function the
     engine counts with, so a row a check perturbs is a row the analysis measured.
-    With packing off each row is one document. Ids are uniform over the vocabulary,
-    from a generator seeded with the settings' seed.
+    """
+    return drawn_batch(settings.for_design(design), vocab_of(design))
+
+
+def drawn_batch(settings: Settings, vocab: int) -> tuple[Any, Any, Any]:
+    """(ids, documents, positions), int64 (rows, seq): the engine's packing, ids uniform over ``vocab``.
+
+    With packing off each row is one document. Ids come from a generator seeded
+    with the settings' seed. A user's model (``model_subject``) draws here too.
     """
     import numpy as np
     import torch
 
     from tensorcad.packing import draw, positions_of
 
-    settings = settings.for_design(design)
+    settings = settings.for_design(None)  # a no-op once the seq is fixed
     if settings.pack is None:
         documents = np.zeros((settings.rows, settings.seq), dtype=np.int64)
         positions = positions_of(documents)
     else:
         documents, positions = draw(settings.rows, settings.seq, settings.pack, settings.spread, settings.seed)
     generator = torch.Generator().manual_seed(settings.seed)
-    ids = torch.randint(0, vocab_of(design), (settings.rows, settings.seq), generator=generator)
+    ids = torch.randint(0, vocab, (settings.rows, settings.seq), generator=generator)
     return ids, torch.from_numpy(documents), torch.from_numpy(positions)
 
 
