@@ -56,12 +56,6 @@ def best_of(fn, rounds: int) -> float:
     return min(times)
 
 
-def timed(fn) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
-
-
 def without_ranges(mask_mod):
     """The same mask_mod without `ranges`: what create_block_mask is handed."""
     plain = types.FunctionType(mask_mod.__code__, mask_mod.__globals__, mask_mod.__name__,
@@ -170,7 +164,7 @@ def test_block_mask_once_a_batch_vs_every_layer(benchmark, layers, builder):
         ns["_BLOCK_MASKS"].clear()
         return ns["_block_mask"](mask_for(docs), B, H, seq, seq, "cpu")
 
-    build_s = statistics.median(timed(one_build) for _ in range(1 if benchmark.disabled else 3))
+    build_s = best_of(one_build, 1 if benchmark.disabled else 3)
     benchmark.extra_info.update(
         layers=layers, builder=builder, B=B, H=H, H_kv=H_KV, T=seq, D=D, build_s=build_s,
         path=ns["RUNTIME_PATHS"]["block_mask"],
