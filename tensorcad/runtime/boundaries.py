@@ -27,8 +27,8 @@ import torch
 
 from tensorcad.errors import TensorcadError
 
-from .faithful import default_tolerance, largest_difference, pick
-from .isolation import _check_inputs, _outputs, segments
+from .faithful import default_tolerance, largest_difference
+from .isolation import _check_inputs, _outputs, pick, segments
 
 SHORTER, LONGER = -1, +1
 

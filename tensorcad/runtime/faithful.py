@@ -17,12 +17,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
 from tensorcad.errors import TensorcadError
 
-from .isolation import _check_inputs, _outputs, segments
+from .isolation import _check_inputs, _outputs, pick, segments
 
 # The largest difference two float computations of one thing may show, by dtype:
 # float32 rounding over a few layers of a small model stays well under 1e-5.
@@ -93,15 +92,6 @@ def largest_difference(got: torch.Tensor, want: torch.Tensor) -> tuple[float, in
     diff = torch.where(torch.isnan(diff), torch.full_like(diff, float("inf")), diff)
     position = int(diff.argmax())
     return float(diff[position]), position
-
-
-def pick(count: int, sample: int | None, seed: int) -> list[int]:
-    """Indices of the pieces a check runs: all, or ``sample`` of them, seeded."""
-    if sample is None or sample >= count:
-        return list(range(count))
-    if sample < 1:
-        raise TensorcadError("sample", f"expected at least 1 document, got {sample}")
-    return sorted(np.random.default_rng(seed).choice(count, size=sample, replace=False).tolist())
 
 
 def check_faithful(

@@ -28,8 +28,7 @@ from torch import nn
 
 from tensorcad.errors import TensorcadError
 
-from .faithful import pick
-from .isolation import _check_inputs, _outputs, segments
+from .isolation import _check_inputs, _outputs, pick, segments
 
 
 @dataclass(frozen=True)

@@ -136,6 +136,15 @@ def segments(documents: torch.Tensor) -> list[tuple[int, int, int, int]]:
     return out
 
 
+def pick(count: int, sample: int | None, seed: int) -> list[int]:
+    """Indices of the pieces a check runs: all, or ``sample`` of them, seeded."""
+    if sample is None or sample >= count:
+        return list(range(count))
+    if sample < 1:
+        raise TensorcadError("sample", f"expected at least 1 document, got {sample}")
+    return sorted(np.random.default_rng(seed).choice(count, size=sample, replace=False).tolist())
+
+
 def check_isolation(
     model_fn: Callable[..., Any],
     ids: torch.Tensor,
@@ -149,11 +158,7 @@ def check_isolation(
     """Perturb each document in turn and require every output outside it to stay bitwise equal."""
     _check_inputs(ids, documents, positions, vocab)
     pieces = segments(documents)
-    chosen = list(range(len(pieces)))
-    if sample is not None and sample < len(pieces):
-        if sample < 1:
-            raise TensorcadError("sample", f"expected at least 1 document, got {sample}")
-        chosen = sorted(np.random.default_rng(seed).choice(len(pieces), size=sample, replace=False).tolist())
+    chosen = pick(len(pieces), sample, seed)
     generator = torch.Generator().manual_seed(seed)
     # (row, document) of every position, to name what moved
     doc_of = documents.cpu()
