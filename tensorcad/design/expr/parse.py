@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import io
 import math
+import threading
 import tokenize
 
 import numpy as np
@@ -48,6 +49,10 @@ MAX_DEPTH = 100
 MAX_TREE_DEPTH = 64
 MAX_TREE_NODES = 1_000
 MAX_LITERAL = 2**40
+# CPython 3.11 keeps ast.parse's recursion count in state its threads share, so two
+# parses at once (the editor's threaded server) can fail with "AST constructor
+# recursion depth mismatch" (cpython gh-106905); one parse at a time here.
+_AST_LOCK = threading.Lock()
 
 _ARITHMETIC = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
 _LOGIC = {ast.BitAnd: "&", ast.BitOr: "|"}
@@ -96,7 +101,8 @@ def parse(text: str, scope: Scope, path: str = "") -> Expr:
         raise TensorcadError(path, "expression is empty")
     _check_nesting_before_parsing(text, path)
     try:
-        tree = ast.parse(text, mode="eval")
+        with _AST_LOCK:
+            tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
         where = f" at column {e.offset}" if e.offset else ""
         raise TensorcadError(path, f"not a valid expression{where}: {e.msg} in {text!r}") from None
