@@ -43,7 +43,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # test_blocks.py's hypothesis suite and its sampled stream tables take most of a minute a
     # run; the oracle (create_block_mask, every tile) and the exact tables carry the module.
     "tiles": ("tensorcad/analysis/tiles.py",
-              ["tests/analysis/test_blocks_oracle.py"]
+              ["tests/analysis/test_blocks_oracle.py", "tests/analysis/test_tiles_cost.py"]
               + [f"tests/analysis/test_blocks.py::{name}" for name in (
                   "test_aligned_documents_table", "test_causal_and_window_blocks",
                   "test_counts_and_tiles_equal_create_block_mask_on_drawn_rows",

@@ -189,7 +189,7 @@ def _decide_by_intervals(keep: Expr, role_of: dict[str, str], batch: Rows, row: 
         levels += 1
     # Each read's range over every run of SPLIT**k tiles, for every row: a
     # pyramid of minima and maxima, so deciding a run never reads the row again.
-    pyramids = {port: _pyramid(batch, role_of[port], block, seq, levels)
+    pyramids = {port: _pyramid(batch, role_of[port], block, levels)
                 for port in sorted({port for port, _ in reads})}
     q_reads = {}
     for port, index in reads:
@@ -231,7 +231,7 @@ def _decide_by_intervals(keep: Expr, role_of: dict[str, str], batch: Rows, row: 
         else:  # the last run of a row is short
             width = np.minimum((run[always] + 1) * span, blocks) - run[always] * span
             full += np.bincount(owner[always], weights=width, minlength=entries).astype(np.int64)
-        if level == 0:
+        if level == 0 or not len(maybe):
             partial = np.bincount(owner[maybe], minlength=entries)
             break
         level, span = level - 1, span // SPLIT
@@ -254,7 +254,7 @@ def _children(run: np.ndarray, split: int) -> np.ndarray:
     return out.ravel()
 
 
-def _pyramid(batch: Rows, role: str, block: int, seq: int, levels: int):
+def _pyramid(batch: Rows, role: str, block: int, levels: int):
     """[(min, max, groups)] of ``role`` over runs of SPLIT**k tiles, k = 0..levels.
 
     min and max are flat float64 (rows * groups): run g of row r at r * groups + g.

@@ -24,7 +24,7 @@ torch = pytest.importorskip("torch")
 from torch.nn.attention.flex_attention import create_block_mask  # noqa: E402
 
 from helpers import attention  # noqa: E402  (tests/analysis, on sys.path)
-from tensorcad.analysis.tiles import count_row_blocks, tile_verdicts  # noqa: E402
+from tensorcad.analysis.tiles import count_row_blocks, row_tile_counts, tile_verdicts  # noqa: E402
 
 ROLES = {"doc": "documents", "pos": "positions"}
 HEADS = 4
@@ -98,6 +98,40 @@ def _banded(doc, pos):
     return banded_with_sinks
 
 
+def _row_gated(doc, pos):
+    def first_row_sees_everything(b, h, q_idx, kv_idx):
+        return (b == 0) | (doc[b, q_idx] == doc[b, kv_idx])
+    return first_row_sees_everything
+
+
+def _query_gated(doc, pos):
+    def document_heads_ask(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (pos[b, q_idx] < 40)
+    return document_heads_ask
+
+
+# Distance bands that leave out 0, their edges on tile corners at block 64: a tile (i, i - 2)
+# spans distances 65..191 exactly, and (i, i) keeps only its corner pair at distance 63
+def _offset_band(doc, pos):
+    def offset_band(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx >= 65) & (q_idx - kv_idx <= 191)
+    return offset_band
+
+
+def _offset_corners(doc, pos):
+    def offset_corners(b, h, q_idx, kv_idx):
+        return (q_idx - kv_idx >= 63) & (q_idx - kv_idx <= 129)
+    return offset_corners
+
+
+# keys up to 126 or 127 ahead, per head: at T = 256 the last key (255) is the first one not
+# (or the last one) kept by query block 128, so the last key block's edge decides its tile
+def _lookahead(doc, pos):
+    def lookahead_with_sinks(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + torch.where(h < 2, 126, 127)) | (kv_idx < 2)
+    return lookahead_with_sinks
+
+
 MASKS = {
     "document": (lambda: attention("doc(b, q) == doc(b, kv)", roles=ROLES), _document),
     "causal": (lambda: attention(), _causal),
@@ -113,7 +147,18 @@ MASKS = {
                                 causal=False, roles=ROLES), _mixed),
     # no documents, an or: decided by the interval interpreter, with many full tiles to get right
     "banded": (lambda: attention("(kv <= q + 3) | (kv < 2)", causal=False), _banded),
+    # the interpreter's other inputs: the row (b), a read at the query alone, bounds off 0
+    "row-gated": (lambda: attention("(b == 0) | (doc(b, q) == doc(b, kv))", causal=False,
+                                    roles=ROLES), _row_gated),
+    "query-gated": (lambda: attention("pos(b, q) < 40", roles=ROLES), _query_gated),
+    "offset-band": (lambda: attention("(q - kv >= 65) & (q - kv <= 191)", causal=False),
+                    _offset_band),
+    "offset-corners": (lambda: attention("(q - kv >= 63) & (q - kv <= 129)", causal=False),
+                       _offset_corners),
+    "lookahead": (lambda: attention("(kv <= q + where(h < 2, 126, 127)) | (kv < 2)",
+                                    causal=False, heads=HEADS), _lookahead),
 }
+PER_HEAD = {"per-head", "lookahead"}
 LENGTHS = [232, 97, 130, 256]
 BLOCKS = [64, 128]
 
@@ -144,46 +189,95 @@ def engine_sets(tiles: np.ndarray) -> list:
 def test_which_blocks_and_how_many_equal_create_block_mask(name, seq, block):
     att = MASKS[name][0]()
     documents, positions = rows(seq, seed=seq + block)
-    reads_h = name == "per-head"
-    mask = block_mask(name, documents, positions, block, HEADS if reads_h else 1)
+    heads = HEADS if name in PER_HEAD else 1
+    mask = block_mask(name, documents, positions, block, heads)
     full, partial = tile_verdicts(att, documents, positions, block=block)
-    assert full.shape[1] == (HEADS if reads_h else 1)
+    assert full.shape[1] == heads
     assert engine_sets(full) == sets(mask.full_kv_indices, mask.full_kv_num_blocks)
     assert engine_sets(partial) == sets(mask.kv_indices, mask.kv_num_blocks)
     counted = count_row_blocks(att, documents, positions, block=block)
     assert np.array_equal(counted.full, mask.full_kv_num_blocks.numpy())
     assert np.array_equal(counted.partial, mask.kv_num_blocks.numpy())
+    assert np.array_equal(counted.kept, kept_scores(name, documents, positions, heads))
+    assert all(np.array_equal(mine, theirs) for mine, theirs in zip(
+        row_tile_counts(att, documents, positions, block=block), (counted.full, counted.partial)))
+
+
+def kept_scores(name: str, documents: np.ndarray, positions: np.ndarray, heads: int) -> np.ndarray:
+    """Scores the mask_mod keeps in each row, every (head, query, key) evaluated; mean over heads."""
+    mask_mod = MASKS[name][1](torch.from_numpy(documents), torch.from_numpy(positions))
+    index = torch.arange(documents.shape[1])
+    return np.array([sum(int(mask_mod(torch.tensor(b), torch.tensor(h), index[:, None],
+                                      index[None, :]).sum()) for h in range(heads)) / heads
+                     for b in range(len(documents))])
 
 
 def test_the_cases_are_not_degenerate():
     # every mask has partial blocks at some length, and full ones where whole blocks fit
     for name in MASKS:
         documents, positions = rows(256, seed=256 + 64)
-        mask = block_mask(name, documents, positions, 64, HEADS if name == "per-head" else 1)
+        mask = block_mask(name, documents, positions, 64, HEADS if name in PER_HEAD else 1)
         assert int(mask.kv_num_blocks.sum()) > 0, name
     documents, positions = rows(256, seed=256 + 64)
     assert int(block_mask("causal", documents, positions, 64, 1).full_kv_num_blocks.sum()) > 0
 
 
-@pytest.mark.parametrize("seq,block", [(2000, 64), (1000, 128)])
-@pytest.mark.parametrize("name", ["mixed", "positions", "banded", "per-head"])
+def with_long_last_document(documents: np.ndarray, positions: np.ndarray, share: float = 0.6):
+    """The rows with the second's last ``share`` of tokens one document: runs of tiles at its
+    end are kept whole, so the coarse levels decide them (random rows rarely hold such a run)."""
+    documents, positions = documents.copy(), positions.copy()
+    start = int(documents.shape[1] * (1 - share))
+    documents[1, start:] = documents[1, start - 1] + 1
+    positions[1, start:] = np.arange(documents.shape[1] - start)
+    return documents, positions
+
+
+# 6 to 32 blocks a row; 24 and 6 are not whole runs of 16 or 4 tiles, so a row's last run is
+# short and its pyramid padded
+@pytest.mark.parametrize("seq,block", [(2000, 64), (1000, 128), (1500, 64), (700, 128)])
+@pytest.mark.parametrize("name", ["mixed", "positions", "banded", "per-head", "row-gated",
+                                  "query-gated", "offset-band"])
 def test_long_rows_decided_coarse_to_fine_equal_create_block_mask(name, seq, block):
-    # 16-32 blocks a row: count_row_blocks decides runs of 4**k tiles first and splits only
-    # the undecided ones, reading each row's pyramid of document and position ranges
+    # count_row_blocks decides runs of 4**k tiles first and splits only the undecided ones,
+    # reading each row's pyramid of document and position ranges
     att = MASKS[name][0]()
-    documents, positions = rows(seq, seed=seq + block)
-    heads = HEADS if name == "per-head" else 1
+    documents, positions = with_long_last_document(*rows(seq, seed=seq + block))
+    heads = HEADS if name in PER_HEAD else 1
     mask = block_mask(name, documents, positions, block, heads)
     counted = count_row_blocks(att, documents, positions, block=block)
     full, partial = mask.full_kv_num_blocks.numpy(), mask.kv_num_blocks.numpy()
-    if name == "positions":
-        # Sound, not exact: a tile across a document boundary reads positions from 0 to the
-        # longer document's end, so pos(q) - pos(kv) < 50 "may" hold there although no pair of
-        # one document is that close; the engine counts such tiles partial where the BlockMask
-        # has none. It never drops a tile FlexAttention computes, never calls one full wrongly.
+    if name == "positions":  # sound, not exact: see the test below
         assert (counted.full == full).all()
         assert (counted.full + counted.partial >= full + partial).all()
-        assert (counted.partial > partial).any()  # the gap is real: see the comment
         return
     assert np.array_equal(counted.full, full)
     assert np.array_equal(counted.partial, partial)
+
+
+@pytest.mark.parametrize("seq,block", [(2000, 64), (1000, 128)])
+def test_position_windows_on_long_rows_are_sound_not_exact(seq, block):
+    # A tile across a document boundary reads positions from 0 to the longer document's end,
+    # so pos(q) - pos(kv) < 50 "may" hold there although no pair of one document is that
+    # close: the engine counts such tiles partial where the BlockMask has none. It never drops
+    # a tile FlexAttention computes (above), never calls one full wrongly; the gap is real.
+    documents, positions = rows(seq, seed=seq + block)
+    mask = block_mask("positions", documents, positions, block, 1)
+    counted = count_row_blocks(MASKS["positions"][0](), documents, positions, block=block)
+    assert (counted.partial > mask.kv_num_blocks.numpy()).any()
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("seq", [232, 256])
+def test_positions_that_run_on_across_documents(seq, block):
+    # Packers that keep one position counter for the whole row (no reset at a document's start):
+    # the positions handed in, not ones restarting at each document, decide the window, which
+    # is then the documents' distance window and exact
+    documents, _ = rows(seq, seed=seq + block)
+    positions = np.tile(np.arange(seq), (len(documents), 1))
+    mask = block_mask("positions", documents, positions, block, 1)
+    full, partial = tile_verdicts(MASKS["positions"][0](), documents, positions, block=block)
+    assert engine_sets(full) == sets(mask.full_kv_indices, mask.full_kv_num_blocks)
+    assert engine_sets(partial) == sets(mask.kv_indices, mask.kv_num_blocks)
+    counted = count_row_blocks(MASKS["positions"][0](), documents, positions, block=block)
+    assert np.array_equal(counted.full, mask.full_kv_num_blocks.numpy())
+    assert np.array_equal(counted.partial, mask.kv_num_blocks.numpy())
