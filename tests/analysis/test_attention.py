@@ -201,3 +201,25 @@ def test_sampler_rows_are_the_packing_draw():
     t = np.broadcast_to(np.arange(512), (16, 512))
     r = np.broadcast_to(np.arange(16)[:, None], (16, 512))
     assert (rows.at("documents", r, t) == documents).all()
+
+
+def test_padded_rows_are_averaged_over_their_real_tokens():
+    # "pad" puts one document a row, cut to T, and pads the rest: queries are drawn over real
+    # tokens and weighted by their row's real tokens (the weighted control variate). A query
+    # at position p keeps p + 1 - min(p + 1, 3) keys under this mask, so the mean is the
+    # exact truncated causal mean minus min(p + 1, 3) averaged over the real tokens of the
+    # very rows the sampler draws; the estimate's own standard error sets the tolerance.
+    from tensorcad.corpus.histogram import Lengths
+
+    lengths = np.maximum(np.round(np.random.default_rng(8).lognormal(6.5, 1.0, 50_000)), 1)
+    histogram = Lengths.of(lengths.astype(np.int64))
+    packing = Packing(None, None, lengths=histogram, strategy="pad")
+    att = attention("(doc(b, q) == doc(b, kv)) & (pos(b, kv) >= 3)",
+                    roles={"doc": "documents", "pos": "positions"})
+    documents, positions = draw(1024, 2048, packing=packing)
+    real = documents == documents[:, :1]  # one document a row; padding is the next id
+    assert (~real).any() and real.all(axis=0)[:3].all()
+    expected = cf.truncated_keys(2048, histogram) - float(np.minimum(positions + 1, 3)[real].mean())
+    estimate = keys_per_query(att, 2048, packing)
+    assert 0 < estimate.stderr < 0.05
+    assert abs(estimate.mean - expected) <= 3 * estimate.stderr

@@ -1,0 +1,93 @@
+"""The sampler's parts held to every score counted: point evaluation and the bands of keys.
+
+``keys_per_query`` samples queries and, for each, decides bands of keys coarse to fine with
+the interval interpreter, evaluating single keys where a band of one stays undecided
+(``_kept_by_bands``); those points are evaluated with the rows' reads looked up first
+(``_evaluate_at``). Both are held here, query by query, to the numpy interpreter reading
+the (rows, seq) tensors directly, on masks the ranges do not decide: an or, the row index,
+reads at the query and at the key, every kind of node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tensorcad.analysis.attention import _evaluate_at, _kept_by_bands
+from tensorcad.analysis.rows import Rows
+from tensorcad.design.expr import Env, evaluate
+
+from helpers import attention  # tests/analysis, on sys.path
+
+ROLES = {"doc": "documents", "pos": "positions"}
+SEQ = 100
+
+
+def packed_rows(seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Three rows of ragged documents, ids from 0 and positions restarting at each."""
+    rng = np.random.default_rng(seed)
+    starts = rng.random((3, SEQ)) < 0.06
+    starts[:, 0] = True
+    documents = np.cumsum(starts, axis=1) - 1
+    index = np.arange(SEQ)
+    positions = index - np.maximum.accumulate(np.where(starts, index, 0), axis=1)
+    return documents.astype(np.int64), positions.astype(np.int64)
+
+
+def every_key(att, documents, positions, row, head, q) -> np.ndarray:
+    """Keys each query keeps, every key evaluated by the numpy interpreter on the tensors."""
+    kv = np.arange(SEQ)[None, :]
+    tensors = {"doc": documents, "pos": positions}
+    kept = evaluate(att.keep, Env(b=row[:, None], h=head[:, None], q=q[:, None], kv=kv,
+                                  tensors=tensors))
+    return np.broadcast_to(kept, (len(q), SEQ)).sum(axis=1).astype(np.float64)
+
+
+POINT_MASKS = [
+    # a read at the query and one at the key, the row, a call, a minus and a modulus:
+    # undecidable at a point by intervals, so evaluated
+    "(doc(b, q) == doc(b, kv)) & (abs(-pos(b, kv) + 2 * pos(b, q) + b) % 3 != 1)",
+    "(pos(b, q) - pos(b, kv) + h) % 4 < 2",
+    "(doc(b, kv) >= doc(b, q) - 1) & ((b + kv) % 2 == 0)",
+]
+
+
+@pytest.mark.parametrize("mask", POINT_MASKS)
+def test_points_are_evaluated_as_the_numpy_interpreter_reads_the_rows(mask):
+    att = attention(mask, causal=False, roles=ROLES)
+    documents, positions = packed_rows(seed=1)
+    rng = np.random.default_rng(2)
+    r, h = rng.integers(0, 3, 5000), rng.integers(0, att.heads, 5000)
+    q, kv = rng.integers(0, SEQ, 5000), rng.integers(0, SEQ, 5000)
+    role_of = {"doc": "documents", "pos": "positions"}
+    mine = _evaluate_at(att.keep, role_of, Rows.from_arrays(documents, positions), r, h, q, kv)
+    theirs = evaluate(att.keep, Env(b=r, h=h, q=q, kv=kv,
+                                    tensors={"doc": documents, "pos": positions}))
+    assert mine.dtype == np.float64
+    assert np.array_equal(mine, np.asarray(theirs, dtype=np.float64))
+    assert 0 < mine.mean() < 1  # both answers occur
+
+
+BAND_MASKS = [
+    ("(b % 2 == 0) | (q - kv < 20)", True),
+    ("(b % 2 == 0) | (abs(q - kv) < 20)", False),
+    ("(doc(b, q) == doc(b, kv)) & (pos(b, kv) >= 3)", True),
+    ("((doc(b, q) == doc(b, kv)) & (kv <= q + 3)) | (kv < 2)", False),
+    ("(pos(b, q) < 10) | (q - kv < 7)", True),
+]
+
+
+@pytest.mark.parametrize("mask,causal", BAND_MASKS)
+def test_bands_add_up_to_every_key_each_query_keeps(mask, causal):
+    # Within its budget the descent decides every band or evaluates its one key, so each
+    # query's count is exact, not an estimate: every query of every row and head, forward
+    # bands too when the mask is not causal
+    att = attention(mask, causal=causal, roles=ROLES, heads=2)
+    documents, positions = packed_rows(seed=3)
+    row, head, q = (a.ravel() for a in np.meshgrid(np.arange(3), np.arange(2), np.arange(SEQ),
+                                                   indexing="ij"))
+    role_of = {port: ROLES[port] for port in ROLES if port in mask}
+    kept, evaluated = _kept_by_bands(att.keep, role_of, Rows.from_arrays(documents, positions),
+                                     row, head, q, SEQ, causal, np.random.default_rng(0))
+    assert np.array_equal(kept, every_key(att, documents, positions, row, head, q))
+    assert 0 < evaluated < len(q) * SEQ  # fewer evaluations than keys: bands were decided whole
