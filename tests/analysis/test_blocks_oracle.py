@@ -269,15 +269,22 @@ def test_position_windows_on_long_rows_are_sound_not_exact(seq, block):
 @pytest.mark.parametrize("block", BLOCKS)
 @pytest.mark.parametrize("seq", [232, 256])
 def test_positions_that_run_on_across_documents(seq, block):
-    # Packers that keep one position counter for the whole row (no reset at a document's start):
-    # the positions handed in, not ones restarting at each document, decide the window, which
-    # is then the documents' distance window and exact
+    # Packers that keep one position counter for the whole row (no reset at a document's
+    # start): the positions handed in, not ones restarting at each document, decide a window
+    # on positions alone, which is then the sliding window and exact
     documents, _ = rows(seq, seed=seq + block)
     positions = np.tile(np.arange(seq), (len(documents), 1))
-    mask = block_mask("positions", documents, positions, block, 1)
-    full, partial = tile_verdicts(MASKS["positions"][0](), documents, positions, block=block)
+    att = attention("pos(b, q) - pos(b, kv) < 50", roles={"pos": "positions"})
+
+    def position_window(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) & (pos[b, q_idx] - pos[b, kv_idx] < 50)
+
+    pos = torch.from_numpy(positions)
+    mask = create_block_mask(position_window, B=len(documents), H=None, Q_LEN=seq, KV_LEN=seq,
+                             device="cpu", BLOCK_SIZE=block)
+    full, partial = tile_verdicts(att, documents, positions, block=block)
     assert engine_sets(full) == sets(mask.full_kv_indices, mask.full_kv_num_blocks)
     assert engine_sets(partial) == sets(mask.kv_indices, mask.kv_num_blocks)
-    counted = count_row_blocks(MASKS["positions"][0](), documents, positions, block=block)
-    assert np.array_equal(counted.full, mask.full_kv_num_blocks.numpy())
-    assert np.array_equal(counted.partial, mask.kv_num_blocks.numpy())
+    counted = row_tile_counts(att, documents, positions, block=block)
+    assert np.array_equal(counted[0], mask.full_kv_num_blocks.numpy())
+    assert np.array_equal(counted[1], mask.kv_num_blocks.numpy())

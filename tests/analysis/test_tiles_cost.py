@@ -60,3 +60,18 @@ def test_a_causal_row_asks_nothing_after_its_query_block(boxes_asked):
     per_level = [sum(i // span % 4 + 1 for i in range(BLOCKS)) for span in (16, 4, 1)]
     assert per_level == [160, 160, 160]
     assert boxes_asked == per_level
+
+
+def test_a_padded_pyramid_level_leaves_the_short_run_decided(boxes_asked):
+    # 24 blocks (T = 3,072): the first level's runs are tiles 0-15 and 16-23, the second
+    # padded past the row, which must not widen its ranges. Documents of 1,024 and 2,048
+    # tokens: every query block asks both runs (48); the first run holds both documents and
+    # is split (24 x 4 = 96), where only the queries of the second document meet the sinks
+    # undecided, in tiles 0-3 (16 x 4 = 64). The second run is decided whole for every query.
+    att = attention("(doc(b, q) == doc(b, kv)) | (kv < 2)", causal=False, roles=ROLES)
+    documents = np.repeat([0, 1], [1024, 2048])[None, :]
+    full, partial = row_tile_counts(att, documents)
+    second = np.arange(24) >= 8
+    assert (full[0, 0] == np.where(second, 16, 8)).all()
+    assert (partial[0, 0] == second).all()
+    assert boxes_asked == [48, 96, 64]
