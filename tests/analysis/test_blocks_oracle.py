@@ -124,6 +124,14 @@ def _offset_corners(doc, pos):
     return offset_corners
 
 
+# keys 104 to 200 ahead: at T = 232 query block 128 meets none in the last key block (103
+# ahead at most), so a key past the row's end must not be counted in
+def _ahead_band(doc, pos):
+    def ahead_band(b, h, q_idx, kv_idx):
+        return (kv_idx - q_idx >= 104) & (kv_idx - q_idx <= 200)
+    return ahead_band
+
+
 # keys up to 126 or 127 ahead, per head: at T = 256 the last key (255) is the first one not
 # (or the last one) kept by query block 128, so the last key block's edge decides its tile
 def _lookahead(doc, pos):
@@ -155,6 +163,8 @@ MASKS = {
                     _offset_band),
     "offset-corners": (lambda: attention("(q - kv >= 63) & (q - kv <= 129)", causal=False),
                        _offset_corners),
+    "ahead-band": (lambda: attention("(kv - q >= 104) & (kv - q <= 200)", causal=False),
+                   _ahead_band),
     "lookahead": (lambda: attention("(kv <= q + where(h < 2, 126, 127)) | (kv < 2)",
                                     causal=False, heads=HEADS), _lookahead),
 }
@@ -232,9 +242,10 @@ def with_long_last_document(documents: np.ndarray, positions: np.ndarray, share:
     return documents, positions
 
 
-# 6 to 32 blocks a row; 24 and 6 are not whole runs of 16 or 4 tiles, so a row's last run is
-# short and its pyramid padded
-@pytest.mark.parametrize("seq,block", [(2000, 64), (1000, 128), (1500, 64), (700, 128)])
+# 6 to 32 blocks a row; 24, 17 and 6 are not whole runs of 16 or 4 tiles, so a row's last run
+# is short (17: one tile) and its pyramid padded
+@pytest.mark.parametrize("seq,block", [(2000, 64), (1000, 128), (1500, 64), (1088, 64),
+                                       (700, 128)])
 @pytest.mark.parametrize("name", ["mixed", "positions", "banded", "per-head", "row-gated",
                                   "query-gated", "offset-band"])
 def test_long_rows_decided_coarse_to_fine_equal_create_block_mask(name, seq, block):
