@@ -18,8 +18,9 @@ import json
 from functools import lru_cache
 from typing import Any
 
-from tensorcad.analysis.context_parallel import DEFAULT_SHARD, SHARDINGS, ContextParallel
-from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint, check_budget
+from tensorcad.analysis.context_parallel import DEFAULT_SHARD, SHARDINGS
+from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
+from tensorcad.analysis.operating_point_schema import operating_point_of
 from tensorcad.analysis.report import Report, analyze as analyze_design
 from tensorcad.design.masks import reads_documents
 from tensorcad.design import load, preset_names, show
@@ -28,7 +29,6 @@ from tensorcad.design.expr import to_text
 from tensorcad.design.load import parse_text
 from tensorcad.design.model import Design
 from tensorcad.errors import TensorcadError, join, shown
-from tensorcad.packing import packing_of
 from tensorcad.rules import check
 
 from .curve import curve as packing_curve
@@ -36,9 +36,6 @@ from .kernel_blocks import block_overlay, rank_strip
 from .preview import DEFAULT_CELLS, mask_preview, sample_row
 from .walkthrough import walkthrough
 
-OP_KEYS = ("seq", "hardware", "gpus", "mfu", "pricePerGpuHour", "tokens", "packing", "count", "cp")
-CP_KEYS = ("size", "shard")
-PACKING_KEYS = ("mean", "spread", "strategy", "lengths")
 
 
 def _object(value: Any, path: str) -> dict:
@@ -63,75 +60,14 @@ def _design(value: Any) -> Design:
 
 
 def operating_point(raw: Any, design: Design | None = None) -> OperatingPoint:
-    """The operating point from the editor's JSON; absent or null fields take the defaults.
+    """The operating point from the editor's JSON: the engine's one reader of it (the MCP
+    tools' too), held to ``operating_point_schema("input")``; errors name ``op.field``.
 
-    A packing mean without a spread gets spread 1, because real corpora
-    vary (as ``--pack`` alone does on the command line).
+    Absent or null fields take the defaults; a packing mean without a spread gets
+    spread 1, because real corpora vary (as ``--pack`` alone does on the command line).
+    Lengths come as a histogram object, never a path: the browser names no server files.
     """
-    raw = {} if raw is None else _object(raw, "op")
-    _only(raw, OP_KEYS, "op")
-    given = {k: v for k, v in raw.items() if v is not None}
-    packing = None
-    if "packing" in given:
-        pack = _object(given["packing"], "op.packing")
-        _only(pack, PACKING_KEYS, "op.packing")
-        lengths = pack.get("lengths")
-        if pack.get("mean") is None and lengths is None:
-            raise TensorcadError("op.packing.mean", "a packing needs a mean document length")
-        spread = pack.get("spread")
-        try:
-            if lengths is not None:  # a histogram object, never a path: the browser names no server files
-                lengths = _histogram(lengths)
-            packing = packing_of(pack.get("mean"), spread, mean_path="packing.mean", spread_path="packing.spread",
-                                 lengths=lengths, strategy=pack.get("strategy"), lengths_path="packing.lengths",
-                                 strategy_path="packing.strategy")
-        except TensorcadError as e:
-            raise TensorcadError(join("op", e.path), e.message) from None
-    context = design.context if design is not None else 8192
-    try:
-        cp = _context_parallel(given.get("cp"))
-        op = OperatingPoint(
-            seq=given.get("seq", context),
-            packing=packing,
-            hardware=given.get("hardware", DEFAULTS["hardware"]),
-            gpus=given.get("gpus", DEFAULTS["gpus"]),
-            mfu=given.get("mfu", DEFAULTS["mfu"]),
-            price_per_gpu_hour=given.get("pricePerGpuHour", DEFAULTS["price"]),
-            tokens=given.get("tokens"),
-            count=given.get("count", "kept"),
-            cp=cp,
-        )
-        if design is not None:
-            check_budget(design, op)
-        return op
-    except TensorcadError as e:
-        raise TensorcadError(join("op", e.path), e.message) from None
-
-
-def _context_parallel(raw: Any) -> ContextParallel | None:
-    """``op.cp``: ``{size, shard}`` ranks splitting each training row, as ``--cp N --cp-shard S``."""
-    if raw is None:
-        return None
-    cp = _object(raw, "cp")
-    _only(cp, CP_KEYS, "cp")
-    if "size" not in cp:
-        raise TensorcadError("cp.size", "how many ranks? (cp: {size, shard})")
-    return ContextParallel(cp["size"], cp.get("shard") or DEFAULT_SHARD)
-
-
-def _histogram(raw: Any):
-    """``op.packing.lengths``: a histogram object, length -> count, as `tensorcad lengths` writes it."""
-    from tensorcad.corpus.histogram import Lengths
-
-    table = _object(raw, "packing.lengths")
-    values, counts = [], []
-    for key, count in table.items():
-        if not (isinstance(key, str) and key.isdigit()) or isinstance(count, bool) or not isinstance(count, int):
-            raise TensorcadError(join("packing.lengths", str(key)), "expected a whole length -> a whole count")
-        values.append(int(key))
-        counts.append(count)
-    order = sorted(range(len(values)), key=values.__getitem__)
-    return Lengths(tuple(values[i] for i in order), tuple(counts[i] for i in order), "packing.lengths")
+    return operating_point_of(raw, design, "op")
 
 
 def _design_of(body: dict) -> Design:
