@@ -62,7 +62,7 @@ from tensorcad.design.expr import Const
 from tensorcad.design.model import Attention
 from tensorcad.packing import Packing
 
-from .attention import ROWS, bare_variables
+from .attention import ROWS, bare_variables, keys_per_query
 from .rows import Rows, packed_rows, tensor_roles
 from .tiles import DEFAULT_BLOCK, _decide, _kept_per_row, _positive
 
@@ -148,7 +148,10 @@ def _count(attention: Attention, role_of: dict[str, str], seq: int, packing: Pac
     scale = blocks / query_blocks
     full_row = full.reshape(qb.shape).sum(axis=1) * scale
     partial_row = partial.reshape(qb.shape).sum(axis=1) * scale
-    kept_row = _kept_per_row(attention, keep, role_of, batch, packing, seed)
+    kept_row = _kept_per_row(keep, role_of, batch)
+    if kept_row is None:  # sampled: the mean keys a real token keeps, times the row's real tokens
+        real = batch.real if batch.real is not None else np.full(batch.count, seq)
+        kept_row = keys_per_query(attention, seq, packing, seed).mean * real.astype(np.float64)
     control = _ControlVariate(batch, weight)
     full_mean, partial_mean = control.mean(full_row), control.mean(partial_row)
     return BlockCount(kept=control.mean(kept_row),

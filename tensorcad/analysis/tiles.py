@@ -20,9 +20,9 @@ from tensorcad.design.expr.nodes import tensor_reads
 from tensorcad.design.masks import BLOCK, countable, keeps_only_the_past
 from tensorcad.design.model import Attention
 from tensorcad.errors import check_integer
-from tensorcad.packing import MAX_SEQ, Packing
+from tensorcad.packing import MAX_SEQ
 
-from .attention import _gathered, bare_variables, keys_per_query
+from .attention import _gathered, bare_variables
 from .range_tiles import decide_from_ranges
 from .rows import Rows, tensor_roles
 
@@ -77,7 +77,9 @@ def count_row_blocks(attention: Attention, documents: np.ndarray,
     """
     t = _Tiles.of(attention, documents, positions, block)
     full, partial = _tile_counts(t)
-    kept = _kept_per_row(attention, t.keep, t.roles, t.batch, None, 0, dense_heads=t.heads)
+    kept = _kept_per_row(t.keep, t.roles, t.batch)
+    if kept is None:
+        kept = _dense_kept(t.keep, t.roles, t.batch, t.heads)
     return RowBlocks(full=full, partial=partial, kept=kept)
 
 
@@ -276,25 +278,20 @@ def _pyramid(batch: Rows, role: str, block: int, levels: int):
 # -- scores kept ---------------------------------------------------------------
 
 
-def _kept_per_row(attention: Attention, keep: Expr, role_of: dict[str, str], batch: Rows,
-                  packing: Packing | None, seed: int, dense_heads: int | None = None) -> np.ndarray:
-    """Scores kept in each row: exact from the pieces, else sampled (or dense for given rows)."""
+def _kept_per_row(keep: Expr, role_of: dict[str, str], batch: Rows) -> np.ndarray | None:
+    """Scores kept in each row, exact from its pieces, for a mask that is causal and/or
+    same-document only; None for any other (the caller samples or counts densely)."""
     kinds = countable(keep, role_of)
-    seq = batch.seq
-    if kinds is not None:
-        causal, same = kinds
-        if same:
-            lengths, piece_row = batch.piece_lengths()
-        else:
-            lengths, piece_row = np.full(batch.count, seq), np.arange(batch.count)
-        lengths = lengths.astype(np.float64)
-        per_piece = lengths * (lengths + 1) / 2 if causal else lengths**2
-        return np.bincount(piece_row, weights=per_piece, minlength=batch.count)
-    if dense_heads is None:
-        estimate = keys_per_query(attention, seq, packing, seed)
-        real = batch.real if batch.real is not None else np.full(batch.count, seq)
-        return estimate.mean * real.astype(np.float64)
-    return _dense_kept(keep, role_of, batch, dense_heads)
+    if kinds is None:
+        return None
+    causal, same = kinds
+    if same:
+        lengths, piece_row = batch.piece_lengths()
+    else:
+        lengths, piece_row = np.full(batch.count, batch.seq), np.arange(batch.count)
+    lengths = lengths.astype(np.float64)
+    per_piece = lengths * (lengths + 1) / 2 if causal else lengths**2
+    return np.bincount(piece_row, weights=per_piece, minlength=batch.count)
 
 
 def _dense_kept(keep: Expr, role_of: dict[str, str], batch: Rows, heads: int) -> np.ndarray:

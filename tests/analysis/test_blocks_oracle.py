@@ -124,6 +124,28 @@ def _offset_corners(doc, pos):
     return offset_corners
 
 
+def _bidirectional(doc, pos):
+    def same_document(b, h, q_idx, kv_idx):
+        return doc[b, q_idx] == doc[b, kv_idx]
+    return same_document
+
+
+# only later keys, at least 1 or 2 ahead by head: the tile just before the last key block is
+# kept whole by every query but its last (2 ahead), or by all (1 ahead), unlike the next
+# block's first queries
+def _future(doc, pos):
+    def future(b, h, q_idx, kv_idx):
+        return kv_idx - q_idx >= torch.where(h < 2, 1, 2)
+    return future
+
+
+# keys up to 102 ahead: at T = 232 query block 128 keeps every key but the last (231)
+def _near_future(doc, pos):
+    def near_future_with_sinks(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx + 102) | (kv_idx < 2)
+    return near_future_with_sinks
+
+
 # keys 104 to 200 ahead: at T = 232 query block 128 meets none in the last key block (103
 # ahead at most), so a key past the row's end must not be counted in
 def _ahead_band(doc, pos):
@@ -163,12 +185,17 @@ MASKS = {
                     _offset_band),
     "offset-corners": (lambda: attention("(q - kv >= 63) & (q - kv <= 129)", causal=False),
                        _offset_corners),
+    "bidirectional": (lambda: attention("doc(b, q) == doc(b, kv)", causal=False, roles=ROLES),
+                      _bidirectional),
+    "future": (lambda: attention("kv - q >= where(h < 2, 1, 2)", causal=False, heads=HEADS),
+               _future),
+    "near-future": (lambda: attention("(kv <= q + 102) | (kv < 2)", causal=False), _near_future),
     "ahead-band": (lambda: attention("(kv - q >= 104) & (kv - q <= 200)", causal=False),
                    _ahead_band),
     "lookahead": (lambda: attention("(kv <= q + where(h < 2, 126, 127)) | (kv < 2)",
                                     causal=False, heads=HEADS), _lookahead),
 }
-PER_HEAD = {"per-head", "lookahead"}
+PER_HEAD = {"per-head", "lookahead", "future"}
 LENGTHS = [232, 97, 130, 256]
 BLOCKS = [64, 128]
 
@@ -299,3 +326,42 @@ def test_positions_that_run_on_across_documents(seq, block):
     counted = row_tile_counts(att, documents, positions, block=block)
     assert np.array_equal(counted[0], mask.full_kv_num_blocks.numpy())
     assert np.array_equal(counted[1], mask.kv_num_blocks.numpy())
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+@pytest.mark.parametrize("seq", LENGTHS)
+def test_reads_at_the_query_and_at_the_key_stay_apart_at_the_row_end(seq, block):
+    # keys at or after the query's own position in its document: a tile in the last key
+    # block is decided from the queries' positions and the keys' own, never the other way
+    # round; rows with a long last document, so such tiles are kept whole. Sound, not exact
+    # (as the position window on long rows): a tile across a document boundary reads
+    # positions from 0 up, so it may be partial here where the BlockMask skips it; full
+    # tiles are exact
+    att = attention("(doc(b, q) == doc(b, kv)) & (pos(b, kv) >= pos(b, q))", causal=False,
+                    roles=ROLES)
+    documents, positions = with_long_last_document(*rows(seq, seed=seq + block), share=0.9)
+    doc, pos = torch.from_numpy(documents), torch.from_numpy(positions)
+
+    def later_in_the_document(b, h, q_idx, kv_idx):
+        return (doc[b, q_idx] == doc[b, kv_idx]) & (pos[b, kv_idx] >= pos[b, q_idx])
+
+    mask = create_block_mask(later_in_the_document, B=len(documents), H=None, Q_LEN=seq,
+                             KV_LEN=seq, device="cpu", BLOCK_SIZE=block)
+    counted = count_row_blocks(att, documents, positions, block=block)
+    assert np.array_equal(counted.full, mask.full_kv_num_blocks.numpy())
+    full, partial = mask.full_kv_num_blocks.numpy(), mask.kv_num_blocks.numpy()
+    assert (counted.full + counted.partial >= full + partial).all()
+    # where three whole blocks fit, some tiles are kept whole (the case is not empty)
+    assert full.sum() > 0 or seq // block < 3
+
+
+def test_a_row_shorter_than_a_block_is_one_partial_tile():
+    # 97 tokens at 128: the one tile hangs past the row's end, so it is partial however much
+    # of it the mask keeps (here all of it)
+    att = MASKS["row-gated"][0]()
+    documents = np.zeros((1, 97), dtype=np.int64)
+    counted = count_row_blocks(att, documents, block=128)
+    mask = block_mask("row-gated", documents, np.arange(97)[None, :], 128, 1)
+    assert (int(mask.full_kv_num_blocks.sum()), int(mask.kv_num_blocks.sum())) == (0, 1)
+    assert (int(counted.full.sum()), int(counted.partial.sum())) == (0, 1)
+    assert counted.kept.tolist() == [97 * 97]

@@ -107,7 +107,7 @@ def test_other_masks_go_through_the_interval_interpreter():
 def test_ranks_sum_to_the_row_for_whole_block_shardings():
     rows = packed_rows(16384, Packing(1024, 1.0), 0, 64)
     whole = query_block_counts(LLAMA, rows, 128).sum(axis=1)
-    kept = _kept_per_row(LLAMA, LLAMA.keep, {"doc": "documents"}, rows, None, 0)
+    kept = _kept_per_row(LLAMA.keep, {"doc": "documents"}, rows)
     for shard in ("contiguous", "headtail", "ptrr"):
         work = rank_work(LLAMA, rows, ContextParallel(8, shard), 128)
         assert (work.blocks.sum(axis=1) == whole).all()
@@ -117,7 +117,7 @@ def test_ranks_sum_to_the_row_for_whole_block_shardings():
 def test_per_document_keeps_every_kept_score():
     # Reordering moves queries between ranks but keeps the scores kept; padding keeps none.
     rows = packed_rows(16384, Packing(1024, 1.0), 0, 32)
-    kept = _kept_per_row(LLAMA, LLAMA.keep, {"doc": "documents"}, rows, None, 0)
+    kept = _kept_per_row(LLAMA.keep, {"doc": "documents"}, rows)
     work = rank_work(LLAMA, rows, ContextParallel(8, "per-document"), 128)
     assert work.kept.sum(axis=1) == pytest.approx(kept, rel=1e-12)
     assert (work.tokens % (8 * 128) == 0).all() and (work.tokens > 16384).all()

@@ -75,3 +75,12 @@ def test_a_padded_pyramid_level_leaves_the_short_run_decided(boxes_asked):
     assert (full[0, 0] == np.where(second, 16, 8)).all()
     assert (partial[0, 0] == second).all()
     assert boxes_asked == [48, 96, 64]
+
+
+def test_a_mask_the_ranges_decide_never_asks_the_interpreter(boxes_asked):
+    # document-causal: decided from each tile's first and last document and position
+    # (design.block_ranges), exactly and without a box
+    att = attention("doc(b, q) == doc(b, kv)", roles=ROLES)
+    full, partial = row_tile_counts(att, one_document())
+    assert (full == np.arange(BLOCKS)).all() and (partial == 1).all()
+    assert boxes_asked == []
