@@ -55,6 +55,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the goldens hold the generated text (names, comments, the ranges line) of every preset
     "masks": ("tensorcad/codegen/masks.py",
               ["tests/codegen/test_mask_table.py", "tests/codegen/test_mask_content.py",
+               "tests/codegen/test_mask_functions.py",
                "tests/codegen/test_sanitise.py", "tests/codegen/test_generate.py",
                "tests/test_goldens.py::test_codegen_golden"]),
     "packing": ("tensorcad/packing.py", ["tests/test_packing.py"]),

@@ -48,7 +48,8 @@ def design_of(variant: dict):
     if variant.pop("positions", False):
         raw["inputs"]["pos"] = {"role": "positions"}
         raw["nodes"][1]["in"]["pos"] = "pos"
-    if variant.get("mask", "") is None:  # a mask of positions only: nothing reads the documents
+    mask = variant.get("mask", params.get("mask"))
+    if mask is None or "doc(" not in mask:  # nothing reads the documents
         del raw["nodes"][1]["in"]["doc"]
     for key, value in variant.items():
         if value is None:
