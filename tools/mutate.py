@@ -58,7 +58,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                "tests/codegen/test_mask_functions.py",
                "tests/codegen/test_sanitise.py", "tests/codegen/test_generate.py",
                "tests/test_goldens.py::test_codegen_golden"]),
-    "packing": ("tensorcad/packing.py", ["tests/test_packing.py"]),
+    "packing": ("tensorcad/packing.py", ["tests/test_packing.py", "tests/test_packing_settings.py"]),
 }
 
 # What the tests import or read besides the package under mutation.
