@@ -85,8 +85,13 @@ def _config(source: str, tests: list[str]) -> str:
     )
 
 
-def prepare(module: str) -> Path:
+def _write_config(work: Path, module: str) -> None:
     source, tests = MODULES[module]
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    (work / "pyproject.toml").write_text(pyproject + _config(source, tests))
+
+
+def prepare(module: str) -> Path:
     work = ROOT / ".mutmut" / module
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -97,8 +102,7 @@ def prepare(module: str) -> Path:
             shutil.copytree(path, work / name, ignore=ignore)
         elif path.exists():
             shutil.copy2(path, work / name)
-    pyproject = (ROOT / "pyproject.toml").read_text()
-    (work / "pyproject.toml").write_text(pyproject + _config(source, tests))
+    _write_config(work, module)
     # mutmut fills mutants/ itself; it must exist before Python starts, or the PYTHONPATH entry
     # below is cached as a missing directory and never searched.
     (work / "mutants").mkdir()
@@ -144,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         # the mutants of every function whose text changed
         shutil.copytree(ROOT / "tensorcad", work / "tensorcad", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        # the module's test selection as it is now: mutmut lists the selected tests and
+        # collects coverage for the new ones before rerunning
+        _write_config(work, args.module)
         for where in (work, work / "mutants"):
             shutil.rmtree(where / "tests", ignore_errors=True)
             shutil.copytree(ROOT / "tests", where / "tests",
