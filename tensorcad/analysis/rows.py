@@ -156,6 +156,8 @@ class Rows:
         r, t = np.broadcast_arrays(np.asarray(r, dtype=np.int64), np.asarray(t, dtype=np.int64))
         if role == "positions" and self._positions is not None:
             return self._positions[r, t]
+        if role not in ("documents", "positions"):
+            raise ValueError(f"rows hold documents and positions, not {role!r}")
         index = self._cut_index(r, t)
         if role == "documents":
             return index - self._offsets[r]

@@ -13,9 +13,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorcad.analysis.attention import _evaluate_at, _kept_by_bands
+from tensorcad.analysis.attention import _evaluate_at, _kept_by_bands, _weighted_control_variate
+from tensorcad.analysis import rows as engine_rows
 from tensorcad.analysis.rows import Rows
 from tensorcad.design.expr import Env, evaluate
+from tensorcad.packing import Packing
 
 from helpers import attention  # tests/analysis, on sys.path
 
@@ -74,6 +76,7 @@ BAND_MASKS = [
     ("(doc(b, q) == doc(b, kv)) & (pos(b, kv) >= 3)", True),
     ("((doc(b, q) == doc(b, kv)) & (kv <= q + 3)) | (kv < 2)", False),
     ("(pos(b, q) < 10) | (q - kv < 7)", True),
+    ("(h == 1) | (q - kv < 5)", True),  # the head read bare
 ]
 
 
@@ -91,3 +94,29 @@ def test_bands_add_up_to_every_key_each_query_keeps(mask, causal):
                                      row, head, q, SEQ, causal, np.random.default_rng(0))
     assert np.array_equal(kept, every_key(att, documents, positions, row, head, q))
     assert 0 < evaluated < len(q) * SEQ  # fewer evaluations than keys: bands were decided whole
+
+
+def test_the_weighted_control_variate_is_the_regression_estimator():
+    # Padded rows weigh each query by its row's real tokens. With keys exactly linear in the
+    # control C = position + 1 (K = 2C + 5), the regression slope is 2 and the estimate is
+    # exactly 2 E[C] + 5, E[C] the rows' exact causal mean, whatever the queries drawn
+    rows = engine_rows.packed_rows(512, Packing(100, 1.0, strategy="pad"), 0, 64)
+    rng = np.random.default_rng(1)
+    query_row = rng.integers(0, rows.count, 4000)
+    query_t = np.minimum(rng.integers(0, 512, 4000), rows.real[query_row] - 1)
+    weight = rows.real[query_row] / rows.real.mean()
+    control = rows.at("positions", query_row, query_t) + 1.0
+    mean, stderr = _weighted_control_variate(2 * control + 5, rows, query_row, query_t, weight)
+    assert mean == pytest.approx(2 * rows.causal_keys + 5, rel=1e-12)
+    # the residual weight (K - 2C) = 5 weight: its spread is the weights' own
+    assert stderr == pytest.approx(float(np.std(5 * weight, ddof=1)) / 4000**0.5, rel=1e-9)
+    # keys that do not move with C are their weighted mean; no slope to take out
+    kept = rng.random(4000)
+    at_start = np.zeros(4000, dtype=np.int64)
+    flat, _ = _weighted_control_variate(kept, rows, query_row, at_start, weight)
+    assert flat == pytest.approx(float((weight * kept).sum() / weight.sum()), rel=1e-12)
+    # one query has no spread to report; two at one position (nothing to regress on) have
+    one = _weighted_control_variate(kept[:1], rows, query_row[:1], query_t[:1], weight[:1])
+    assert one[1] == 0.0
+    two = _weighted_control_variate(kept[:2], rows, query_row[:2], at_start[:2], np.ones(2))
+    assert two[1] == pytest.approx(abs(kept[0] - kept[1]) / 2, rel=1e-12)
