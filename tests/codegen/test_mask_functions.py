@@ -10,14 +10,20 @@ reads. Each is checked here against what the function computes when run.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 
+import tensorcad  # noqa: E402
 from tensorcad.codegen.masks import mask_function, mask_table, score_function  # noqa: E402
 from tensorcad.codegen.names import Namer  # noqa: E402
 from tensorcad.design.expr import Env, evaluate  # noqa: E402
+from tensorcad.design.load import read  # noqa: E402
+from tensorcad.errors import TensorcadError  # noqa: E402
 
 from test_mask_content import VARIANTS, design_of, ragged_rows  # noqa: E402  (tests/codegen)
 
@@ -169,3 +175,43 @@ def test_a_score_that_is_not_a_relative_bias_is_named_for_its_owner(score):
     (halved, _), = design_of({"score": "score * 0.5"}).attentions()
     other = score_function(halved, Namer(), names, "layer")
     assert other.name == "score_layer_2"
+
+
+def test_a_window_without_causality_is_named_local():
+    assert mask_of("local-window")[1].name == "local_window"
+    assert mask_of("sliding-window")[1].name == "sliding_window"
+
+
+def test_the_mask_table_states_every_attention_and_role():
+    # one mask run by two attentions, one of its ports wired to an input of no role
+    _, fn = mask_of("positions")
+    shared = dataclasses.replace(fn, roles=("documents", None))
+    space: dict = {"torch": torch}
+    exec(fn.source + "\n" + mask_table({fn.name: (shared, ["nodes[1].attention", "nodes[2].attention"])}),
+         space)
+    entry = space["MASKS"][fn.name]
+    assert entry["attentions"] == ("nodes[1].attention", "nodes[2].attention")
+    assert entry["reads"] == ("documents", None) and entry["factory"] is space[fn.factory]
+    assert entry["mask_mod"] is None
+    with pytest.raises(TensorcadError) as error:
+        mask_table({fn.name: (fn, ['nodes[1]"; import os'])})
+    assert (error.value.path, error.value.message) == (
+        'nodes[1]"; import os', "an attention's path holds characters codegen will not write")
+
+
+def t5_attention(score: str):
+    raw = copy.deepcopy(read("t5-bias"))
+    raw["nodes"][2]["params"]["block"]["params"]["attention"]["score"] = score
+    (att, _), *_ = tensorcad.load(raw).attentions()
+    return att
+
+
+def test_scores_reading_a_table_get_factories_of_their_own():
+    names = Namer()
+    t5 = score_function(t5_attention("score + bias(bucket(kv - q, 32, 128), h)"), Namer(), names, "a")
+    other = score_function(t5_attention("score + bias(bucket(kv - q, 16, 64), h)"), Namer(), names, "b")
+    assert t5.name == "relative_position_bias" and other.name == "relative_position_bias_2"
+    assert t5.factory != other.factory and t5.factory.endswith("_score")
+    # a table read at something other than a bucket is not the relative bias
+    plain = score_function(t5_attention("score + bias(kv - q, h)"), Namer(), Namer(), "layer")
+    assert plain.name == "score_layer"
