@@ -148,9 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         # the mutants of every function whose text changed
         shutil.copytree(ROOT / "tensorcad", work / "tensorcad", dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        # the module's test selection as it is now: mutmut lists the selected tests and
-        # collects coverage for the new ones before rerunning
+        # the module's test selection as it is now, and which test reaches which function
+        # collected afresh: mutmut would collect it for new test names only, so a test whose
+        # body changed would keep the functions it used to reach
         _write_config(work, args.module)
+        (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         for where in (work, work / "mutants"):
             shutil.rmtree(where / "tests", ignore_errors=True)
             shutil.copytree(ROOT / "tests", where / "tests",
