@@ -25,6 +25,7 @@ from torch.nn.attention.flex_attention import create_block_mask  # noqa: E402
 
 from helpers import attention  # noqa: E402  (tests/analysis, on sys.path)
 from tensorcad.analysis.tiles import count_row_blocks, row_tile_counts, tile_verdicts  # noqa: E402
+from tensorcad.errors import TensorcadError  # noqa: E402
 
 ROLES = {"doc": "documents", "pos": "positions"}
 HEADS = 4
@@ -365,3 +366,17 @@ def test_a_row_shorter_than_a_block_is_one_partial_tile():
     assert (int(mask.full_kv_num_blocks.sum()), int(mask.kv_num_blocks.sum())) == (0, 1)
     assert (int(counted.full.sum()), int(counted.partial.sum())) == (0, 1)
     assert counted.kept.tolist() == [97 * 97]
+
+
+def test_a_mask_that_keeps_everything_and_blocks_of_one_score():
+    # no mask and no causality (keep is None): every tile is full but the ragged ones, and a
+    # block of one score is full exactly where the mask keeps it
+    documents, positions = rows(97, seed=1)
+    counted = count_row_blocks(attention(causal=False), documents, block=64)
+    assert counted.full.tolist() == [[[1, 0]]] * 2 and counted.partial.tolist() == [[[1, 2]]] * 2
+    assert counted.kept.tolist() == [97 * 97] * 2
+    one = count_row_blocks(MASKS["document"][0](), documents, positions, block=1)
+    assert (one.partial == 0).all() and (one.full.sum(axis=(1, 2)) == one.kept).all()
+    with pytest.raises(TensorcadError) as error:
+        count_row_blocks(MASKS["document"][0](), documents, positions, block=0)
+    assert error.value.path == "block"
