@@ -1,11 +1,12 @@
-"""The sampler's parts held to every score counted: point evaluation and the bands of keys.
+"""The sampler's parts held to what they must compute: point evaluation, bands, control variates.
 
 ``keys_per_query`` samples queries and, for each, decides bands of keys coarse to fine with
-the interval interpreter, evaluating single keys where a band of one stays undecided
-(``_kept_by_bands``); those points are evaluated with the rows' reads looked up first
-(``_evaluate_at``). Both are held here, query by query, to the numpy interpreter reading
-the (rows, seq) tensors directly, on masks the ranges do not decide: an or, the row index,
-reads at the query and at the key, every kind of node.
+the interval interpreter, drawing keys where the budget runs out (``_kept_by_bands``);
+points are evaluated with the rows' reads looked up first (``_evaluate_at``). Both are held,
+query by query, to the numpy interpreter reading the (rows, seq) tensors directly, on masks
+the ranges do not decide: an or, the row and head index, reads at the query and at the key,
+every kind of node. The control variates that take the noise out (plain and weighted by
+real tokens) are held to the regression estimator on keys linear in the control.
 """
 
 from __future__ import annotations
@@ -13,10 +14,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorcad.analysis.attention import _evaluate_at, _kept_by_bands, _weighted_control_variate
+from tensorcad.analysis.attention import (
+    _control_variate,
+    _evaluate_at,
+    _kept_by_bands,
+    _weighted_control_variate,
+    keys_per_query,
+)
 from tensorcad.analysis import rows as engine_rows
 from tensorcad.analysis.rows import Rows
 from tensorcad.design.expr import Env, evaluate
+from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing
 
 from helpers import attention  # tests/analysis, on sys.path
@@ -160,3 +168,36 @@ def test_the_evaluations_reported_are_the_evaluations_made(monkeypatch):
         _, evaluated = _kept_by_bands(att.keep, {}, rows, row, head, q, SEQ, True,
                                       np.random.default_rng(0))
         assert evaluated == sum(made) > 0
+
+
+def test_the_control_variate_over_given_rows_takes_their_own_exact_mean():
+    # Rows handed in (no stream behind them): E[C] is the rows' own mean of position + 1,
+    # counted here token by token. Keys linear in C give exactly 2 E[C] + 5
+    documents, positions = packed_rows(seed=4)
+    rows = Rows.from_arrays(documents, positions)
+    assert rows.causal_keys is None
+    expected = float((positions + 1).mean())
+    rng = np.random.default_rng(2)
+    query_row, query_t = rng.integers(0, 3, 500), rng.integers(0, SEQ, 500)
+    control = positions[query_row, query_t] + 1.0
+    mean, stderr = _control_variate(2 * control + 5, rows, query_row, query_t)
+    assert mean == pytest.approx(2 * expected + 5, rel=1e-12) and stderr == pytest.approx(0, abs=1e-9)
+    noise = rng.random(500)
+    mean, stderr = _control_variate(2 * control + noise, rows, query_row, query_t)
+    residual = 2 * control + noise - float(np.polyfit(control, 2 * control + noise, 1)[0]) * control
+    assert stderr == pytest.approx(residual.std(ddof=1) / 500**0.5, rel=1e-9)
+    flat, _ = _control_variate(noise, rows, query_row, np.zeros(500, dtype=np.int64))
+    assert flat == pytest.approx(noise.mean(), rel=1e-12)
+    assert _control_variate(noise[:1], rows, query_row[:1], query_t[:1])[1] == 0.0
+
+
+def test_keys_per_query_takes_seed_0_and_sequences_up_to_the_largest():
+    from tensorcad.packing import MAX_SEQ
+
+    att = attention("(b % 2 == 0) | (q - kv < 20)")
+    assert keys_per_query(att, 256, None) == keys_per_query(att, 256, None, seed=0)
+    assert keys_per_query(attention(), MAX_SEQ).mean == (MAX_SEQ + 1) / 2
+    with pytest.raises(TensorcadError) as error:
+        keys_per_query(att, MAX_SEQ + 1)
+    assert (error.value.path, error.value.message) == (
+        "seq", f"expected an integer in [1, {MAX_SEQ}], got {MAX_SEQ + 1}")
