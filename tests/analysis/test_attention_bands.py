@@ -208,3 +208,26 @@ def test_keys_per_query_takes_seed_0_and_sequences_up_to_the_largest():
         keys_per_query(att, MAX_SEQ + 1)
     assert (error.value.path, error.value.message) == (
         "seq", f"expected an integer in [1, {MAX_SEQ}], got {MAX_SEQ + 1}")
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_two_queries_are_enough_for_a_slope_and_a_spread(weighted):
+    # positions 0 and 1: the control's spread is 1/2, small but enough to regress on
+    # (K = 2C + 5 gives 2 E[C] + 5 exactly); at one position there is no slope, and the
+    # standard error is that of the two keys
+    if weighted:
+        rows = engine_rows.packed_rows(512, Packing(100, 1.0, strategy="pad"), 0, 64)
+        estimate = lambda kept, t: _weighted_control_variate(  # noqa: E731
+            kept, rows, np.zeros(2, dtype=np.int64), t, np.ones(2))
+        expected = rows.causal_keys
+    else:
+        documents, positions = packed_rows(seed=4)
+        rows = Rows.from_arrays(documents, positions)
+        estimate = lambda kept, t: _control_variate(kept, rows, np.zeros(2, dtype=np.int64), t)  # noqa: E731
+        expected = float((positions + 1).mean())
+    t = np.array([0, 1])
+    assert rows.at("positions", np.zeros(2, dtype=np.int64), t).tolist() == [0, 1]
+    mean, _ = estimate(2 * (t + 1.0) + 5, t)
+    assert mean == pytest.approx(2 * expected + 5, rel=1e-12)
+    kept = np.array([3.0, 8.0])
+    assert estimate(kept, np.zeros(2, dtype=np.int64))[1] == pytest.approx(2.5, rel=1e-12)
