@@ -324,9 +324,11 @@ def test_positions_that_run_on_across_documents(seq, block):
     full, partial = tile_verdicts(att, documents, positions, block=block)
     assert engine_sets(full) == sets(mask.full_kv_indices, mask.full_kv_num_blocks)
     assert engine_sets(partial) == sets(mask.kv_indices, mask.kv_num_blocks)
-    counted = row_tile_counts(att, documents, positions, block=block)
-    assert np.array_equal(counted[0], mask.full_kv_num_blocks.numpy())
-    assert np.array_equal(counted[1], mask.kv_num_blocks.numpy())
+    counted = count_row_blocks(att, documents, positions, block=block)
+    for full_counts, partial_counts in (row_tile_counts(att, documents, positions, block=block),
+                                        (counted.full, counted.partial)):
+        assert np.array_equal(full_counts, mask.full_kv_num_blocks.numpy())
+        assert np.array_equal(partial_counts, mask.kv_num_blocks.numpy())
 
 
 @pytest.mark.parametrize("block", BLOCKS)
