@@ -129,10 +129,13 @@ PINNED = {
     "fixed": ((16, 256, 40, 0.0, 7), None),
     "tiny-mean": ((32, 64, 1.5, 2.0, 1), None),  # more documents than the stream's least
     "many-documents": ((64, 2048, 40, 1.0, 3), None),
+    "exact-fit": ((64, 1024, 64, 0.0, 2), None),      # the documents fill the rows exactly
+    "rounded-short": ((128, 1024, 64.4, 0.0, 2), None),  # 64 a document: short, drawn again
     "histogram": ((16, 256, None, 1.0, 7), Packing(None, None, lengths=TWO)),
 }
 DRAWN = {"fixed": "ca1a845c53d190a8", "gamma": "a5e163272b683c6e", "histogram": "23e411c0ab7184e7",
-         "tiny-mean": "4ab36da374616ffd", "many-documents": "e0cac5e36466771e"}
+         "tiny-mean": "4ab36da374616ffd", "many-documents": "e0cac5e36466771e", "exact-fit": "305ade1fa79c79ee",
+         "rounded-short": "3454d9cb011014f9"}
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
