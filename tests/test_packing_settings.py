@@ -131,11 +131,12 @@ PINNED = {
     "many-documents": ((64, 2048, 40, 1.0, 3), None),
     "exact-fit": ((64, 1024, 64, 0.0, 2), None),      # the documents fill the rows exactly
     "rounded-short": ((128, 1024, 64.4, 0.0, 2), None),  # 64 a document: short, drawn again
+    "histogram-grown": ((200, 2048, None, 1.0, 3), Packing(None, None, lengths=TWO)),  # short: grown
     "histogram": ((16, 256, None, 1.0, 7), Packing(None, None, lengths=TWO)),
 }
 DRAWN = {"fixed": "ca1a845c53d190a8", "gamma": "a5e163272b683c6e", "histogram": "23e411c0ab7184e7",
          "tiny-mean": "4ab36da374616ffd", "many-documents": "e0cac5e36466771e", "exact-fit": "305ade1fa79c79ee",
-         "rounded-short": "3454d9cb011014f9"}
+         "rounded-short": "3454d9cb011014f9", "histogram-grown": "21a8028144469599"}
 
 
 @pytest.mark.parametrize("name", sorted(PINNED))
@@ -225,7 +226,14 @@ def test_each_row_knows_how_far_into_its_first_document_it_begins():
 
 
 def test_the_defaults_are_spread_one_and_seed_zero():
+    from tensorcad.packing import document_lengths
+
     assert fingerprint(draw(8, 512, 40)) == fingerprint(draw(8, 512, 40, 1.0, 0))
+    built, given = Stream.build(8, 512, 40), Stream.build(8, 512, 40, 1.0, 0)
+    assert (built.lengths == given.lengths).all() and (built.starts == given.starts).all()
+    assert (document_lengths(40, 1.0, 64) == document_lengths(40, 1.0, 64, 0)).all()
+    histogram = Packing(None, None, lengths=TWO)
+    assert (histogram.document_lengths(64) == histogram.document_lengths(64, 0)).all()
     assert (draw_boundaries(8, 512, 40).cuts == draw_boundaries(8, 512, 40, 1.0, 0).cuts).all()
     assert draw(1, 1, 3)[0].tolist() == [[0]]
 
