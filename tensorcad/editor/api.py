@@ -37,7 +37,6 @@ from .preview import DEFAULT_CELLS, mask_preview, sample_row
 from .walkthrough import walkthrough
 
 
-
 def _object(value: Any, path: str) -> dict:
     if not isinstance(value, dict):
         raise TensorcadError(path, f"expected an object, got {type(value).__name__}")
