@@ -29,3 +29,10 @@ def _pick(page, name: str) -> None:
 
 def _value(page, field: str) -> float:
     return float(page.get_attribute(f"td.value[data-field='{field}']", "data-value"))
+
+
+def _pack(page, mean, spread) -> None:
+    """Turn packing on with gamma documents of this mean and spread (as a user types them)."""
+    page.check("#pack")
+    page.fill("#docs", str(mean))
+    page.fill("#spread", str(spread))

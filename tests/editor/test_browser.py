@@ -17,16 +17,14 @@ import pytest
 
 from tensorcad.editor import api, make_server
 
-from browser_fixtures import DOCS, TIMEOUT_MS, _pick, _ready, _settle, _value
+from browser_fixtures import DOCS, TIMEOUT_MS, _pack, _pick, _ready, _settle, _value
 
 SCREENSHOT = Path(os.environ.get("TENSORCAD_SCREENSHOT", "/tmp/tensorcad-editor.png"))
 
 
 def test_packed_readout_block_ratio_and_preview(page):
     _pick(page, DOCS)
-    page.check("#pack")
-    page.fill("#docs", "1024")
-    page.fill("#spread", "0")
+    _pack(page, 1024, 0)
     page.wait_for_selector("td.value[data-field='flops.packed.blockRatio']")
     _settle(page)
 
@@ -131,9 +129,7 @@ def test_a_malformed_design_shows_the_error_and_keeps_the_text(page):
 
 def test_choosing_a_strategy_shows_padding_and_the_apis_figures(page):
     _pick(page, DOCS)
-    page.check("#pack")
-    page.fill("#docs", "1024")
-    page.fill("#spread", "3")
+    _pack(page, 1024, 3)
     page.select_option("#strategy", "bfd")
     page.wait_for_selector("td.value[data-field='flops.packed.packing.padding']")
     _settle(page)

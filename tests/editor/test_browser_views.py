@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from browser_fixtures import DOCS, _pick, _settle
+from browser_fixtures import DOCS, _pack, _pick, _settle
 from tensorcad.analysis.tiles import row_tile_counts, tile_verdicts
 from tensorcad.design import load
 from tensorcad.editor import api
@@ -136,9 +136,7 @@ def test_the_block_overlay_is_the_engine_s_own_decision_for_the_row(page, design
     seq = load(design).context if design != "mistral-7b" else 8192
     page.fill("#seq", str(seq))
     if op is not None:
-        page.check("#pack")
-        page.fill("#docs", str(op["mean"]))
-        page.fill("#spread", str(op["spread"]))
+        _pack(page, op["mean"], op["spread"])
     _settle(page)
     assert page.get_attribute("#blocks", "data-state") == "drawn"
     states, pixels = _overlay(page)
@@ -175,9 +173,7 @@ def _analyze_json(means: tuple[int, ...]) -> dict[int, dict]:
 
 def test_the_chart_s_points_are_analyze_json_at_each_document_length(page):
     _pick(page, DOCS)
-    page.check("#pack")
-    page.fill("#docs", "1024")
-    page.fill("#spread", "1")
+    _pack(page, 1024, 1)
     _settle(page)
     assert page.get_attribute("#chart-box", "data-state") == "drawn"
     drawn = {}
@@ -203,9 +199,7 @@ def test_the_chart_s_points_are_analyze_json_at_each_document_length(page):
 
 def test_each_context_parallel_rank_s_work_is_the_report_s(page):
     _pick(page, DOCS)
-    page.check("#pack")
-    page.fill("#docs", "1024")
-    page.fill("#spread", "1")
+    _pack(page, 1024, 1)
     page.select_option("#cp-size", "4")
     page.select_option("#cp-shard", "ptrr")
     page.wait_for_selector("#ranks .rank")
@@ -278,9 +272,7 @@ def test_the_rank_strip_is_the_engine_s_assignment_of_the_row_s_query_blocks(pag
     from tensorcad.analysis.rows import Rows
 
     _pick(page, DOCS)
-    page.check("#pack")
-    page.fill("#docs", "1024")
-    page.fill("#spread", "1")
+    _pack(page, 1024, 1)
     page.select_option("#cp-size", "4")
     page.select_option("#cp-shard", "ptrr")
     _settle(page)
