@@ -7,11 +7,9 @@ is the oracle for the eager form; one slow test exercises the compiled path.
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import pytest
 
@@ -19,12 +17,8 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-# Loaded by its path: the prelude is torch-free text and is tested apart from the rest
-# of the package, whatever state tensorcad/__init__.py is in.
-PRELUDE_PATH = Path(__file__).resolve().parents[2] / "tensorcad" / "codegen" / "prelude.py"
-_spec = importlib.util.spec_from_file_location("tensorcad_codegen_prelude", PRELUDE_PATH)
-prelude = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(prelude)
+from tensorcad.codegen import prelude  # noqa: E402
+
 IMPORTS, ATTENTION_RUNTIME, ROTARY_RUNTIME = (
     prelude.IMPORTS, prelude.ATTENTION_RUNTIME, prelude.ROTARY_RUNTIME
 )
@@ -499,11 +493,6 @@ def test_rotation_keeps_only_the_distance_under_a_document_mask(ns):
 
 
 def test_importing_the_prelude_does_not_import_torch():
-    probe = (
-        "import runpy, sys; runpy.run_path(sys.argv[1]); print('torch' in sys.modules)"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe, str(PRELUDE_PATH)],
-        capture_output=True, text=True, check=True,
-    )
+    probe = "import sys, tensorcad.codegen.prelude; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
