@@ -5,9 +5,9 @@ time: it skips a block the mask removes entirely, computes a block it keeps
 entirely, and computes and then masks a block that straddles an edge. The
 verdicts are the engine's own: ``analysis.tiles.tile_verdicts`` for each
 block of the sampled row (what the harness holds to FlexAttention's
-``BlockMask``), and the counts ``analysis.tiles.count_row_blocks``, the
-coarse-to-fine counter the report's block figures come from. A test holds
-the two to each other.
+``BlockMask``), and the counts ``analysis.tiles.row_tile_counts``, the
+coarse-to-fine counter the report's block figures come from (without the kept
+scores, which it would count score by score). A test holds the two to each other.
 
 Every block is drawn while the row has at most ``MAX_DRAWN`` blocks a side
 (32,768 tokens at 128); past that a block is under two pixels of the
