@@ -19,7 +19,7 @@ from tensorcad.analysis.operating_point import OperatingPoint
 from tensorcad.analysis.report import analyze
 from tensorcad.codegen import generate
 from tensorcad.design import load, read, resolve
-from tensorcad.design.expr.parse import MAX_TREE_DEPTH
+from tensorcad.design.expr.limits import MAX_TREE_DEPTH
 from tensorcad.errors import TensorcadError, join, one_line, shown
 from tensorcad.packing import Packing
 

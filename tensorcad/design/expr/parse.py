@@ -4,22 +4,29 @@ The text is parsed with ``ast.parse(mode="eval")`` and every Python node is
 converted into one of the types in ``nodes``; any node type not listed is
 refused, quoting the offending text. Nothing is ever ``eval``ed or compiled
 to bytecode. Before the C parser sees the text, its length and nesting are
-bounded by a token scan, so pathological inputs (10,000 nested brackets or
-unary operators) are refused without recursing.
+bounded by a token scan (``limits``), so pathological inputs (10,000 nested
+brackets or unary operators) are refused without recursing.
 """
 
 from __future__ import annotations
 
 import ast
-import io
 import math
 import threading
-import tokenize
 
 import numpy as np
 
 from tensorcad.errors import TensorcadError
 
+from .limits import (
+    MAX_LENGTH,
+    MAX_LITERAL,
+    MAX_TREE_DEPTH,
+    MAX_TREE_NODES,
+    check_text_nesting,
+    check_tree_depth,
+    clip,
+)
 from .nodes import (
     BUCKET_DEFAULTS,
     INDEX_NAMES,
@@ -40,15 +47,6 @@ from .nodes import (
     walk,
 )
 
-MAX_LENGTH = 2_000
-MAX_DEPTH = 100
-# Limits on the parsed tree itself, which every interpreter (numpy, intervals,
-# torch source) walks recursively and whose printed form Python must parse
-# again: min/max of many arguments and comparison chains are flat in the text
-# but a chain in the tree, so the text's nesting alone does not bound them.
-MAX_TREE_DEPTH = 64
-MAX_TREE_NODES = 1_000
-MAX_LITERAL = 2**40
 # CPython 3.11 keeps ast.parse's recursion count in state its threads share, so two
 # parses at once (the editor's threaded server) can fail with "AST constructor
 # recursion depth mismatch" (cpython gh-106905); one parse at a time here.
@@ -59,7 +57,6 @@ _LOGIC = {ast.BitAnd: "&", ast.BitOr: "|"}
 _COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
 _REFUSED_BINOPS = {ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitXor: "^",
                    ast.MatMult: "@"}
-_PREFIX_TOKENS = {"-", "+", "~", "not", "(", "[", "{"}
 
 # Why each refused Python construct is refused, by node type.
 _REFUSED_NODES: dict[type, str] = {
@@ -99,7 +96,7 @@ def parse(text: str, scope: Scope, path: str = "") -> Expr:
     text = text.strip()
     if not text:
         raise TensorcadError(path, "expression is empty")
-    _check_nesting_before_parsing(text, path)
+    check_text_nesting(text, path)
     try:
         with _AST_LOCK:
             tree = ast.parse(text, mode="eval")
@@ -108,62 +105,19 @@ def parse(text: str, scope: Scope, path: str = "") -> Expr:
         raise TensorcadError(path, f"not a valid expression{where}: {e.msg} in {text!r}") from None
     except (RecursionError, MemoryError, ValueError) as e:
         raise TensorcadError(path, f"expression could not be parsed ({type(e).__name__}): "
-                                   f"{_clip(text)!r}") from None
-    _check_depth(tree.body, text, path)
+                                   f"{clip(text)!r}") from None
+    check_tree_depth(tree.body, text, path)
     converter = _Converter(text, scope, path)
     expr, kind = converter.convert(tree.body)
     nodes = sum(1 for _ in walk(expr))
     if nodes > MAX_TREE_NODES:
         raise TensorcadError(path, f"expression has {nodes:,} terms; the limit is {MAX_TREE_NODES:,}: "
-                                   f"{_clip(text, 60)!r}")
+                                   f"{clip(text, 60)!r}")
     if scope.kind == "mask" and kind != "bool":
-        raise TensorcadError(path, f"a mask must be boolean, but {_clip(text)!r} is a number")
+        raise TensorcadError(path, f"a mask must be boolean, but {clip(text)!r} is a number")
     if scope.kind == "score" and kind == "bool":
-        raise TensorcadError(path, f"a score must be a number, but {_clip(text)!r} is boolean")
+        raise TensorcadError(path, f"a score must be a number, but {clip(text)!r} is boolean")
     return expr
-
-
-def _clip(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _check_nesting_before_parsing(text: str, path: str) -> None:
-    """Bound bracket depth and runs of prefix operators with a flat token scan.
-
-    This keeps deeply nested text away from the recursive C parser. A scan
-    that stops on a tokenize error leaves the error for ``ast.parse`` to word.
-    """
-    depth = deepest = run = longest = 0
-    try:
-        for token in tokenize.generate_tokens(io.StringIO(text).readline):
-            if token.type in (tokenize.NL, tokenize.NEWLINE, tokenize.ENDMARKER,
-                              tokenize.COMMENT):
-                continue
-            if token.string in ("(", "[", "{"):
-                depth += 1
-                deepest = max(deepest, depth)
-            elif token.string in (")", "]", "}"):
-                depth -= 1
-            run = run + 1 if token.string in _PREFIX_TOKENS else 0
-            longest = max(longest, run)
-            if deepest > MAX_DEPTH or longest > MAX_DEPTH:
-                break
-    except (tokenize.TokenError, SyntaxError):
-        pass
-    if deepest > MAX_DEPTH or longest > MAX_DEPTH:
-        raise TensorcadError(path, f"expression is nested deeper than {MAX_DEPTH}: "
-                                   f"{_clip(text, 60)!r}")
-
-
-def _check_depth(root: ast.AST, text: str, path: str) -> None:
-    """Refuse a parsed tree deeper than MAX_DEPTH (iteratively, no recursion)."""
-    stack = [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if depth > MAX_DEPTH:
-            raise TensorcadError(path, f"expression is nested deeper than {MAX_DEPTH}: "
-                                       f"{_clip(text, 60)!r}")
-        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
 
 
 class _Converter:
@@ -199,7 +153,7 @@ class _Converter:
     # -- errors ------------------------------------------------------------
 
     def source(self, node: ast.AST) -> str:
-        return _clip(ast.get_source_segment(self.text, node) or self.text)
+        return clip(ast.get_source_segment(self.text, node) or self.text)
 
     def refuse(self, message: str) -> TensorcadError:
         return TensorcadError(self.path, message)
@@ -239,7 +193,7 @@ class _Converter:
             if self.depth(expr) > MAX_TREE_DEPTH:
                 raise self.refuse(f"expression nests {MAX_TREE_DEPTH}+ operations deep (min/max of many "
                                   f"arguments and long comparison chains count one level each); the limit "
-                                  f"is {MAX_TREE_DEPTH}: {_clip(self.text, 60)!r}")
+                                  f"is {MAX_TREE_DEPTH}: {clip(self.text, 60)!r}")
             return expr, kind
         reason = _REFUSED_NODES.get(type(node), f"{type(node).__name__} is not allowed")
         raise self.refuse(f"{reason}: {self.source(node)!r}")
@@ -288,11 +242,11 @@ class _Converter:
         if name in self.scope.tables:
             raise self.refuse(f"table {name!r} is read by calling it with "
                               f"{self.scope.tables[name]} index expression(s)")
-        raise self.refuse(f"unknown name {name!r} in {self.text_clip()!r}; "
+        raise self.refuse(f"unknown name {name!r} in {self.textclip()!r}; "
                           f"allowed: {self.allowed_names()}")
 
-    def text_clip(self) -> str:
-        return _clip(self.text)
+    def textclip(self) -> str:
+        return clip(self.text)
 
     def convert_UnaryOp(self, node: ast.UnaryOp) -> tuple[Expr, Kind]:
         if isinstance(node.op, ast.UAdd):
