@@ -21,7 +21,7 @@ import time
 import numpy as np
 import pytest
 
-from tensorcad import closed_form
+from tensorcad.packing import closed_form
 from tensorcad.analysis import attention, blocks, report
 from tensorcad.analysis.attention import keys_per_query
 from tensorcad.analysis.blocks import block_counts

@@ -28,7 +28,7 @@ torch = pytest.importorskip("torch")
 import tensorcad  # noqa: E402
 from tensorcad.codegen import generate  # noqa: E402
 from tensorcad.packing import draw  # noqa: E402
-from tensorcad.runtime.building import load_module  # noqa: E402
+from tensorcad.runtime.building.generated import load_module  # noqa: E402
 
 SIZES = (2048, 8192, 32768, 131072)
 EAGER_UP_TO = 8192  # beyond, T x T scores held at once crowd this shared machine

@@ -48,10 +48,10 @@ def _design():
 
 
 def _run(name, model, batch, vocab):
-    from tensorcad.runtime.boundaries import check_boundaries
-    from tensorcad.runtime.faithful import check_faithful
-    from tensorcad.runtime.gradients import check_gradient_isolation
-    from tensorcad.runtime.isolation import check_isolation
+    from tensorcad.runtime.certification.boundaries import check_boundaries
+    from tensorcad.runtime.certification.faithful import check_faithful
+    from tensorcad.runtime.certification.gradients import check_gradient_isolation
+    from tensorcad.runtime.certification.isolation import check_isolation
 
     if name == "isolation":
         return check_isolation(model, *batch, vocab=vocab)
@@ -72,8 +72,8 @@ def _passes(name, result) -> int:
 def test_certificate_against_one_forward(benchmark, name):
     import torch
 
-    from tensorcad.runtime.settings import Settings
-    from tensorcad.runtime.subject import build_model, draw_batch
+    from tensorcad.runtime.building.settings import Settings
+    from tensorcad.runtime.building.subject import build_model, draw_batch
 
     seq = CI_SEQ if benchmark.disabled else SEQ
     settings = Settings(seq=seq, pack=MEAN, rows=ROWS, sample=None)

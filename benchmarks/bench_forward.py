@@ -26,8 +26,8 @@ torch = pytest.importorskip("torch")
 
 import tensorcad  # noqa: E402
 from tensorcad.packing import draw  # noqa: E402
-from tensorcad.runtime.building import build  # noqa: E402
-from tensorcad.runtime.scaling import scale  # noqa: E402
+from tensorcad.runtime.building.generated import build  # noqa: E402
+from tensorcad.runtime.building.scaling import scale  # noqa: E402
 
 LAYERS, B, T, MEAN = 8, 2, 1024, 96
 SMOKE_T = 128  # --benchmark-disable (CI): one small batch

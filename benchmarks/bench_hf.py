@@ -56,8 +56,8 @@ def batch(seq: int):
 
 def ours(seq: int):
     import tensorcad
-    from tensorcad.runtime.building import build
-    from tensorcad.runtime.scaling import scale
+    from tensorcad.runtime.building.generated import build
+    from tensorcad.runtime.building.scaling import scale
 
     # Scaled first: only the class and its module are kept, and 8B parameters would not fit.
     model = build(scale(tensorcad.load("llama-3-8b-documents"), params=1_000_000))

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 
 def test_smoke_train_defaults(benchmark):
-    from tensorcad.runtime.training import smoke_train
+    from tensorcad.runtime.training.smoke import smoke_train
 
     start = time.perf_counter()
     reference = smoke_train("nano-sort", steps=10)

@@ -29,9 +29,9 @@ _LAZY = {
     "assert_closed_form": "harness.assertions",
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",
-    "adapt": "harness.adapters",
-    "call": "harness.adapters",
-    "hf_causal_lm": "harness.adapters",
+    "adapt": "tensorcad.hf",
+    "call": "tensorcad.hf",
+    "hf_causal_lm": "tensorcad.hf",
     "run_checks": "harness.checks",
     "CheckResult": "harness.checks",
 }

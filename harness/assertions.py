@@ -3,7 +3,7 @@
 Each raises ``AssertionError`` with a message that says what disagreed and by
 how much. The work is done by the runtime that owns it: the three certificates
 (isolated, faithful, gradients isolated) by ``harness.certificates`` over
-``tensorcad.runtime.isolation``, ``.boundaries``, ``.faithful`` and ``.gradients``, block-mask agreement by the registry's
+``tensorcad.runtime.certification.isolation``, ``.boundaries``, ``.faithful`` and ``.gradients``, block-mask agreement by the registry's
 ``block_agreements``, keys per query by ``runtime.closed_form_check``; this
 module words the failure. torch is imported only when
 an isolation or block-count check runs.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tensorcad.runtime.closed_form_check import (  # noqa: F401 - the public closed-form names
+from tensorcad.runtime.certification import (  # noqa: F401 - the public closed-form names
     EXACT_REL,
     GAMMA_REL,
     NoClosedForm,
@@ -67,10 +67,9 @@ def assert_block_counts_agree(design: Any, operating_point: Any, rows: int = 64,
     row must agree block for block. Returns the ``BlockAgreement`` of each mask.
     """
     __tracebackhide__ = True
-    from tensorcad.design import load
+    from tensorcad import load
+    from tensorcad.runtime.building import Settings, Subject
     from tensorcad.runtime.certification import Skipped, block_agreements
-    from tensorcad.runtime.settings import Settings
-    from tensorcad.runtime.subject import Subject
 
     design = load(design)
     packing = operating_point.packing

@@ -7,7 +7,7 @@ that says what moved, where and by how much, with the result attached as
 the helpers hide their own frames (``__tracebackhide__``), so a failure shows
 the test's line and the message, not the harness's source.
 
-The work is the runtime's (``tensorcad.runtime.isolation``, ``.boundaries``,
+The work is the runtime's (``tensorcad.runtime.certification.isolation``, ``.boundaries``,
 ``.faithful``, ``.gradients``); this module takes the batch in the forms a test
 has it, adapts a Hugging Face model (``harness.adapters``), and words the failure.
 """
@@ -45,7 +45,7 @@ def model_function(model: Any) -> Any:
     ``harness.adapters.adapt`` recognises a Hugging Face model and wraps it (or refuses,
     saying what to wrap); anything else is called as it is.
     """
-    from .adapters import adapt
+    from tensorcad.hf import adapt
 
     return adapt(model)
 
@@ -59,8 +59,7 @@ def alone_function(model: Any, model_fn: Any) -> Any:
     wrapper that loses what transformers would do alone is caught. Else an ``alone`` the
     model_fn carries; else None (``model_fn`` itself, on a one-document row).
     """
-    from .adapters import is_hf_model
-    from .hf_diagnosis import reachable_hf_models
+    from tensorcad.hf import is_hf_model, reachable_hf_models
 
     found = [model] if is_hf_model(model) else reachable_hf_models(model_fn)
     if len(found) == 1:
@@ -153,8 +152,10 @@ def assert_isolated(
     """
     __tracebackhide__ = True
     ids, documents, positions = unpack_batch(ids, documents, positions, "assert_isolated")
-    from tensorcad.runtime.boundaries import check_boundaries
-    from tensorcad.runtime.isolation import check_isolation  # torch, on first use
+    from tensorcad.runtime.certification import (
+        check_boundaries,
+        check_isolation,  # torch, on first use
+    )
 
     model_fn = model_function(model_fn)
     vocab = vocab if vocab is not None else vocab_of(model_fn, ids)
@@ -185,7 +186,7 @@ def assert_isolated(
         if forms is not None:
             model_fn.form = original
     if failures:
-        from .hf_diagnosis import diagnose_failure
+        from tensorcad.hf import diagnose_failure
 
         # A leak from a Hugging Face model: the setting that caused it (use_cache, an all-ones mask).
         failures += diagnose_failure(model_fn, ids, documents, positions)
@@ -217,7 +218,7 @@ def assert_faithful(
     """
     __tracebackhide__ = True
     ids, documents, positions = unpack_batch(ids, documents, positions, "assert_faithful")
-    from tensorcad.runtime.faithful import check_faithful
+    from tensorcad.runtime.certification import check_faithful
 
     model = model_fn
     model_fn = model_function(model)
@@ -249,7 +250,7 @@ def assert_gradients_isolated(
     """
     __tracebackhide__ = True
     ids, documents, positions = unpack_batch(ids, documents, positions, "assert_gradients_isolated")
-    from tensorcad.runtime.gradients import check_gradient_isolation
+    from tensorcad.runtime.certification import check_gradient_isolation
 
     model_fn = model_function(model_fn)
     result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
@@ -261,7 +262,7 @@ def assert_gradients_isolated(
 
 def model_subject(factory: str, settings: Any, batch: Any = None) -> Any:
     """The `ModelSubject` of the model ``factory`` makes, at ``settings`` (its collator, if one is named)."""
-    from tensorcad.runtime.model_subject import ModelSubject, import_factory
+    from tensorcad.runtime.certification import ModelSubject, import_factory
 
     made = import_factory(factory, "tensorcad_models")()
     model_fn = model_function(made)

@@ -12,9 +12,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tensorcad.runtime.certification import CERTIFY, REGISTRY, Check, CheckResult, Skipped
-from tensorcad.runtime.goldens import file_golden, golden_data
-from tensorcad.runtime.settings import DEFAULTS, Settings
+from tensorcad.runtime.building import DEFAULTS, Settings
+from tensorcad.runtime.certification import CERTIFY, REGISTRY, Check, CheckResult, Skipped, file_golden, golden_data
 
 CHECKS = {name: REGISTRY[name].run for name in CERTIFY}  # name -> the function, in order
 

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from tensorcad.errors import TensorcadError
-
-from tensorcad.runtime.settings import Settings
+from tensorcad.runtime.building import Settings
 
 from .options import COLLECT_DEST, DESIGN_SUFFIXES, INI_DESIGNS, settings_from_options
 
@@ -108,9 +107,8 @@ def run_item(item: DesignCheck, snapshot: Any) -> None:
     golden's difference is syrupy's own assertion (its diff, and --snapshot-update); a
     crash is an error with its traceback.
     """
-    from tensorcad.runtime.certification import REGISTRY, Skipped
-    from tensorcad.runtime.closed_form_check import NotApplicable
-    from tensorcad.runtime.subject import Subject
+    from tensorcad.runtime.building import Subject
+    from tensorcad.runtime.certification import REGISTRY, NotApplicable, Skipped
 
     from .snapshot import assert_golden
 

@@ -97,8 +97,8 @@ def _report(event: dict) -> None:
 
 def child(spec_path: str) -> int:
     from tensorcad.errors import TensorcadError
+    from tensorcad.runtime.building import Settings
     from tensorcad.runtime.certification import run_check
-    from tensorcad.runtime.settings import Settings
 
     from .certificates import model_subject
 
@@ -119,7 +119,7 @@ def child(spec_path: str) -> int:
         try:
             check = run_check(subject, name)
         except TensorcadError as error:
-            from tensorcad.runtime.outcome import failed
+            from tensorcad.runtime.certification import failed
 
             check = failed(name, str(error))
         _report({"check": check.to_json()})

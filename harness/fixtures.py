@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tensorcad.runtime.settings import Settings
-from tensorcad.runtime.subject import (
+from tensorcad.runtime.building import (
     DesignModel,
+    Settings,
     build_model,
     clear_models,
     draw_batch,
@@ -63,7 +63,7 @@ class Goldens:
 
     def _compare(self, kind: str, design: Any, op: Any) -> None:
         import tensorcad
-        from tensorcad.runtime.goldens import golden_data, golden_name
+        from tensorcad.runtime.certification import golden_data, golden_name
 
         design = tensorcad.load(design)
         self(kind, golden_name(design, op), golden_data(kind, design, op))

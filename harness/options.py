@@ -2,7 +2,7 @@
 
 Held here, not spelled out in the hooks, so the plugin, the collector, the
 docs and the tests all read one table (syrupy and hypothesis do the same).
-The defaults are the runtime's (`tensorcad.runtime.settings.DEFAULTS`), and the
+The defaults are the runtime's (`tensorcad.runtime.building.settings.DEFAULTS`), and the
 checks a design file becomes are the runtime's registry (`certification.CERTIFY`).
 Importing this module imports nothing heavy.
 """
@@ -38,12 +38,12 @@ SAMPLE = "--tensorcad-sample"
 
 
 def __getattr__(name: str):
-    # The defaults are the runtime's (tensorcad.runtime.settings: one set for verify,
+    # The defaults are the runtime's (tensorcad.runtime.building.settings: one set for verify,
     # certify and the plugin), read on first use so importing this module stays light.
     if name in ("DEFAULTS", "MARKER_KEYS", "FORM_NAMES"):
-        from tensorcad.runtime import settings
+        from tensorcad.runtime import building
 
-        return getattr(settings, name)
+        return getattr(building, name)
     raise AttributeError(f"module 'harness.options' has no attribute {name!r}")
 
 
@@ -66,7 +66,7 @@ DESIGN_SUFFIXES = (".json", ".yaml", ".yml")
 
 
 def _forms(text: str) -> tuple[str, ...]:
-    from tensorcad.runtime.settings import FORM_NAMES
+    from tensorcad.runtime.building import FORM_NAMES
 
     forms = tuple(f.strip() for f in text.split(",") if f.strip())
     bad = [f for f in forms if f not in FORM_NAMES]
@@ -87,7 +87,7 @@ def _sample(text: str) -> int | None:
 
 def add_options(parser) -> None:
     """Register the `tensorcad` option group and the ini key (pytest's `parser`)."""
-    from tensorcad.runtime.settings import DEFAULTS  # no torch: the defaults every certifier uses
+    from tensorcad.runtime.building import DEFAULTS  # no torch: the defaults every certifier uses
 
     group = parser.getgroup(GROUP, GROUP_DESCRIPTION)
     group.addoption(COLLECT, action="append", dest=COLLECT_DEST, default=[], metavar="DIR",
@@ -135,7 +135,7 @@ def settings_from_options(getoption) -> dict:
 
 def default_settings() -> dict:
     """What ``settings_from_options`` gives when no --tensorcad-* option is set."""
-    from tensorcad.runtime.settings import DEFAULTS
+    from tensorcad.runtime.building import DEFAULTS
 
     return {"seq": None, **{k: DEFAULTS[k] for k in ("pack", "spread", "params", "seed", "forms", "rows",
                                                       "block_rows", "sample")}}

@@ -1,7 +1,7 @@
 """Goldens under syrupy: the extension writing each golden to `snapshots/<kind>/<design>.<ext>`.
 
 What a golden holds, its text and its file name are the runtime's
-(`tensorcad.runtime.goldens`); this module only lets syrupy compare and, with
+(`tensorcad.runtime.certification.goldens`); this module only lets syrupy compare and, with
 `pytest --snapshot-update`, rewrite them.
 """
 
@@ -12,7 +12,13 @@ from typing import Any
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from tensorcad.runtime.goldens import KINDS, VERSION, file_name, golden_dir, golden_text  # noqa: F401
+from tensorcad.runtime.certification import (  # noqa: F401 - the names the plugin and its tests read here
+    GOLDEN_KINDS as KINDS,
+    GOLDEN_VERSION as VERSION,
+    file_name,
+    golden_dir,
+    golden_text,
+)
 
 _file_name = file_name  # the older private name
 

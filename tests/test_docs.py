@@ -64,7 +64,7 @@ def test_the_example_runs(page, lang, code, files, note, tmp_path):
         for command in _commands(code):  # in order, in one folder: a later line reads what an earlier wrote
             argv = shlex.split(command)[1:]
             if argv[0] in SERVERS:
-                continue  # serves until interrupted: tests/editor and tests/test_mcp.py run its server
+                continue  # serves until interrupted: tests/editor and tests/mcp/test_mcp.py run its server
             run = subprocess.run([sys.executable, "-m", "tensorcad.cli", *argv], cwd=tmp_path,
                                  capture_output=True, text=True, timeout=600)
             assert run.returncode == 0, f"{page}: {command}\n{run.stderr[-2000:]}"

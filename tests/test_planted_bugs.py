@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # name -> (module, the line as it is, the line planted, the test that must fail)
 PLANTS = {
     "isolation tolerates 1e-3": (
-        "tensorcad/runtime/isolation.py",
+        "tensorcad/runtime/certification/isolation.py",
         "moved = (out != base_flat).any(dim=-1).cpu()",
         "moved = ((out - base_flat).abs() > 1e-3).any(dim=-1).cpu()",
-        "tests/runtime/test_isolation.py::test_a_leak_of_1e_7_is_caught_bitwise",
+        "tests/runtime/certification/test_isolation.py::test_a_leak_of_1e_7_is_caught_bitwise",
     ),
     "generated mask drops q >= kv": (
         "tensorcad/codegen/masks.py",
@@ -40,10 +40,10 @@ PLANTS = {
         "test_generated_masks_equal_the_numpy_interpreter_at_every_point[document-causal]",
     ),
     "closed form off by one": (
-        "tensorcad/closed_form.py",
+        "tensorcad/packing/closed_form.py",
         "flat_sum = Fraction((seq - ramp) * (length - 1), 2)",
         "flat_sum = Fraction((seq - ramp) * length, 2)",
-        "tests/test_closed_form.py::test_phase_average_at_8k_is_491_1667_exactly",
+        "tests/packing/test_closed_form.py::test_phase_average_at_8k_is_491_1667_exactly",
     ),
     "interval comparison flipped": (
         "tensorcad/design/expr/intervals.py",
@@ -83,7 +83,7 @@ def test_the_default_suite_catches_the_planted_bug(name, tmp_path):
 
 def test_the_catchers_pass_on_an_unplanted_copy(tmp_path):
     # the control: the same copy and the same command, nothing planted, every catcher passes
-    copy = planted_copy(tmp_path, "tensorcad/closed_form.py", "", "")
+    copy = planted_copy(tmp_path, "tensorcad/packing/closed_form.py", "", "")
     env = {**os.environ, "PYTHONPATH": str(copy), "HYPOTHESIS_PROFILE": "ci"}
     catchers = [str(ROOT / catcher) for *_, catcher in PLANTS.values()]
     run = subprocess.run(

@@ -1,4 +1,11 @@
-"""DESIGN.md's "Public API" snippets, run as written: tests outside this repo use these names."""
+"""The public API: DESIGN.md's snippets run as written, and every name the docs or a face give imports.
+
+Tests outside this repo use these names; a module that moved (tensorcad.faces.MOVED) still
+imports from where it was.
+"""
+
+import subprocess
+import sys
 
 import pytest
 
@@ -56,3 +63,101 @@ def test_block_counts_at_the_operating_points_own_length():
     op = tensorcad.OperatingPoint(seq=8192, packing=tensorcad.Packing(mean=1024, spread=0))
     [result] = assert_block_counts_agree(design, op, rows=64)
     assert result.rows == 64 and result.seq == 8192 and result.mismatched_rows == ()
+
+
+# --- every public name the docs and the faces name imports from where they say --------------------
+
+import ast  # noqa: E402
+import importlib  # noqa: E402
+import re  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from tensorcad.faces import MOVED  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOTTED = re.compile(r"`((?:tensorcad|harness)(?:\.[A-Za-z_][A-Za-z0-9_]*)+)")
+
+
+def _resolve(dotted: str):
+    """The object a dotted name means: the longest importable module, then attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attribute in parts[cut:]:
+            value = getattr(value, attribute)
+        return value
+    raise ModuleNotFoundError(dotted)
+
+
+def _documented() -> list[str]:
+    names = set()
+    for page in PAGES:
+        text = page.read_text()
+        names |= {m.group(1) for m in DOTTED.finditer(text)}
+        for block in re.findall(r"```python\n(.*?)```", text, re.S):
+            for node in ast.walk(ast.parse(block)):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("tensorcad", "harness")):
+                    names |= {f"{node.module}.{a.name}" for a in node.names}
+                elif isinstance(node, ast.Import):
+                    names |= {a.name for a in node.names if a.name.startswith(("tensorcad", "harness"))}
+    return sorted(names)
+
+
+def _faces() -> list[str]:
+    names = []
+    for top in ("tensorcad", "harness"):
+        for init in sorted((ROOT / top).rglob("__init__.py")):
+            module = ".".join(init.parent.relative_to(ROOT).parts)
+            names += [f"{module}.{name}" for name in importlib.import_module(module).__dict__.get("__all__", ())]
+    return names
+
+
+@pytest.mark.parametrize("name", _documented())
+def test_every_name_the_docs_give_imports_from_where_they_say(name):
+    assert _resolve(name) is not None
+
+
+@pytest.mark.parametrize("name", _faces())
+def test_every_name_a_face_lists_is_there(name):
+    module, _, attribute = name.rpartition(".")
+    assert getattr(importlib.import_module(module), attribute) is not None
+
+
+def test_the_lists_are_not_empty():
+    # What the two tests above range over: a parser that found nothing would pass them vacuously.
+    assert len(_documented()) > 30 and "tensorcad.packing.draw" in _documented()
+    assert len(_faces()) > 150 and "tensorcad.runtime.build" in _faces()
+
+
+def test_every_module_that_moved_still_imports_from_where_it_was():
+    # In a fresh process: the same module object under both paths, and its own spec kept.
+    code = ("import importlib, sys\n"
+            "from tensorcad.faces import MOVED\n"
+            "for old, new in sorted(MOVED.items()):\n"
+            "    a, b = importlib.import_module(old), importlib.import_module(new)\n"
+            "    if a is not b or b.__spec__.name != new or sys.modules[old] is not b:\n"
+            "        print(old, a, b, b.__spec__.name)\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0 and run.stdout == "", run.stdout + run.stderr
+    assert len(MOVED) > 20 and MOVED["tensorcad.runtime.isolation"] == "tensorcad.runtime.certification.isolation"
+
+
+def test_a_submodule_of_a_moved_package_is_one_module_under_both_paths():
+    # tensorcad.corpus is packing.corpus: its histogram must not load twice (two Lengths classes).
+    code = ("import tensorcad.corpus.histogram as old, tensorcad.packing.corpus.histogram as new\n"
+            "from tensorcad.corpus.histogram import Lengths\n"
+            "assert old is new and Lengths is new.Lengths\n")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+
+
+def test_nothing_in_the_repository_imports_an_old_path():
+    old = re.compile(r"^\s*(?:from|import)\s+(" + "|".join(re.escape(m) for m in MOVED) + r")\b(?!\.)")
+    found = [f"{path.relative_to(ROOT)}:{n}" for top in ("tensorcad", "harness", "tests", "benchmarks", "tools")
+             for path in (ROOT / top).rglob("*.py") if path.name != "test_public_api.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if old.search(line)]
+    assert found == []

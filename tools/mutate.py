@@ -29,49 +29,52 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# module -> (source file, its own test files). Fast tests only: mutmut reruns them per mutant.
+# module -> (its source files, its own test files). Fast tests only: mutmut reruns them per mutant.
 MODULES: dict[str, tuple[str, list[str]]] = {
-    "closed_form": ("tensorcad/closed_form.py",
-                    ["tests/test_closed_form.py", "tests/test_closed_form_exact.py"]),
+    "closed_form": (["tensorcad/packing/closed_form.py"],
+                    ["tests/packing/test_closed_form.py", "tests/packing/test_closed_form_exact.py"]),
     # test_expr_properties' hypothesis suites (soundness on random expressions) take ~10 s a
     # run; its exact unit checks are kept, the exhaustive small boxes carry the rest.
-    "intervals": ("tensorcad/design/expr/intervals.py",
+    "intervals": (["tensorcad/design/expr/intervals.py"],
                   ["tests/design/test_intervals.py",
                    "tests/design/test_expr_properties.py::test_interval_ranges_are_tight_for_common_cases",
                    "tests/design/test_expr_properties.py::test_equality_verdicts",
                    "tests/design/test_expr_properties.py::test_read_range_matches_brute_force"]),
     # test_blocks.py's hypothesis suite and its sampled stream tables take most of a minute a
     # run; the oracle (create_block_mask, every tile) and the exact tables carry the module.
-    "tiles": ("tensorcad/analysis/tiles.py",
+    "tiles": (["tensorcad/analysis/tiles.py"],
               ["tests/analysis/test_blocks_oracle.py", "tests/analysis/test_tiles_cost.py"]
               + [f"tests/analysis/test_blocks.py::{name}" for name in (
                   "test_aligned_documents_table", "test_causal_and_window_blocks",
                   "test_counts_and_tiles_equal_create_block_mask_on_drawn_rows",
                   "test_kept_is_counted_exactly", "test_rows_must_hold_documents_in_order",
                   "test_one_document_a_row_is_decided_once_a_head")]),
-    "isolation": ("tensorcad/runtime/isolation.py", ["tests/runtime/test_isolation.py"]),
-    "attention": ("tensorcad/analysis/attention.py",
+    "isolation": (["tensorcad/runtime/certification/isolation.py"], ["tests/runtime/certification/test_isolation.py"]),
+    "attention": (["tensorcad/analysis/attention.py"],
                   ["tests/analysis/test_attention.py", "tests/analysis/test_attention_bands.py"]),
     # the goldens hold the generated text (names, comments, the ranges line) of every preset
-    "masks": ("tensorcad/codegen/masks.py",
+    "masks": (["tensorcad/codegen/masks.py"],
               ["tests/codegen/test_mask_table.py", "tests/codegen/test_mask_content.py",
                "tests/codegen/test_mask_functions.py",
                "tests/codegen/test_sanitise.py", "tests/codegen/test_generate.py",
                "tests/test_goldens.py::test_codegen_golden"]),
-    "packing": ("tensorcad/packing.py", ["tests/test_packing.py", "tests/test_packing_settings.py"]),
+    # the drawing of rows: what tensorcad/packing/ held before it became a package
+    "packing": (["tensorcad/packing/settings.py", "tensorcad/packing/stream.py", "tensorcad/packing/boundaries.py",
+                 "tensorcad/packing/drawing.py"],
+                ["tests/packing/test_packing.py", "tests/packing/test_packing_settings.py"]),
 }
 
 # What the tests import or read besides the package under mutation.
 ALSO_COPY = ["harness", "conftest.py", "snapshots", "docs", "README.md", "benchmarks"]
 
 
-def _config(source: str, tests: list[str]) -> str:
+def _config(sources: list[str], tests: list[str]) -> str:
     def toml_list(items):
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
     return (
         "\n[tool.mutmut]\n"
         'source_paths = ["tensorcad"]\n'
-        f"only_mutate = {toml_list([source])}\n"
+        f"only_mutate = {toml_list(sources)}\n"
         f"also_copy = {toml_list(ALSO_COPY)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         # xdist off: mutmut runs pytest in-process; one example set per run (the ci profile).
@@ -86,9 +89,9 @@ def _config(source: str, tests: list[str]) -> str:
 
 
 def _write_config(work: Path, module: str) -> None:
-    source, tests = MODULES[module]
+    sources, tests = MODULES[module]
     pyproject = (ROOT / "pyproject.toml").read_text()
-    (work / "pyproject.toml").write_text(pyproject + _config(source, tests))
+    (work / "pyproject.toml").write_text(pyproject + _config(sources, tests))
 
 
 def prepare(module: str) -> Path:
@@ -135,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep the last run's copy, refresh its tests, rerun only its survivors")
     args = parser.parse_args(argv)
     if args.list or not args.module:
-        for name, (source, tests) in MODULES.items():
-            print(f"{name:12} {source}  <-  {' '.join(tests)}")
+        for name, (sources, tests) in MODULES.items():
+            print(f"{name:12} {' '.join(sources)}  <-  {' '.join(tests)}")
         return 0
     env = dict(os.environ)
     again: list[str] = []
@@ -183,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     counts = {status: len(names) for status, names in sorted(by_status.items())}
     killed = counts.get("killed", 0) + counts.get("timeout", 0)
     total = sum(counts.values()) - counts.get("skipped", 0)
-    summary = {"module": args.module, "source": MODULES[args.module][0], "counts": counts,
+    summary = {"module": args.module, "sources": MODULES[args.module][0], "counts": counts,
                "score": round(100 * killed / total, 1) if total else None,
                "survived": by_status.get("survived", []), "mutmutExit": run.returncode}
     if args.json:

@@ -52,13 +52,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from tensorcad.design.block_ranges import ranges_of
 from tensorcad.design.expr import Box, Const, Env, Expr, Param, Read, evaluate, interval
 from tensorcad.design.expr.nodes import Binary, Call, Compare, Unary, Var, children, tensor_reads
 from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import MAX_SEQ, Packing
-
-from tensorcad.design.block_ranges import ranges_of
 
 from .range_tiles import kept_from_ranges
 from .rows import Rows, packed_rows, tensor_roles
@@ -105,7 +104,7 @@ def _exact_positional(attention: Attention, seq: int) -> float:
     One formula for each, in `tensorcad.closed_form`; the closed-form check holds them to
     every score counted one by one (runtime.closed_form_check.brute_force_keys).
     """
-    from tensorcad import closed_form
+    from tensorcad.packing import closed_form
 
     if attention.window is None:
         return closed_form.causal(seq) if attention.causal else closed_form.full(seq)

@@ -18,8 +18,8 @@ import re
 import sys
 from functools import lru_cache
 
-from tensorcad.corpus.histogram import Lengths
 from tensorcad.packing import STRATEGIES, Packing
+from tensorcad.packing.corpus.histogram import Lengths
 
 from .operating_point import OperatingPoint
 from .report import analyze

@@ -22,7 +22,8 @@ import types
 import typing
 from typing import Any
 
-from ..corpus.histogram import QUANTILES, Lengths
+from tensorcad.packing.corpus.histogram import QUANTILES, Lengths
+
 from ..errors import TensorcadError, join
 from ..json_schema import check
 from ..packing import STRATEGIES, Packing, packing_of

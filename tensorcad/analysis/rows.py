@@ -25,7 +25,6 @@ import numpy as np
 
 from tensorcad.design.masks import MADE_UP_ROLES, made_up_roles  # noqa: F401 - MADE_UP_ROLES asked of rows by name
 from tensorcad.design.model import Attention
-
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing, RowBoundaries
 
@@ -243,7 +242,7 @@ def packed_rows(seq: int, packing: Packing | None, seed: int, rows: int) -> Rows
     """The rows both the sampler and the block counter measure: one draw, cached."""
     if packing is None:
         return Rows.single_documents(rows, seq)
-    from tensorcad.packers import draw_packed
+    from tensorcad.packing.strategies import draw_packed
 
     # The very rows packing.draw_boundaries (and packing.draw) returns.
     packed = draw_packed(packing, rows, seq, seed)

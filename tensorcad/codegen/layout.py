@@ -11,6 +11,7 @@ leading (expressions, split at their loosest operator).
 from __future__ import annotations
 
 WIDTH = 88
+BODY = " " * 8  # a method's body: two levels in
 
 # black's delimiter priorities (black/brackets.py): the loosest present splits first.
 _PRIORITY = {"==": 10, "!=": 10, "<": 10, "<=": 10, ">": 10, ">=": 10, "|": 9, "&": 7}

@@ -22,19 +22,19 @@ from tensorcad.analysis.context_parallel import DEFAULT_SHARD, SHARDINGS
 from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
 from tensorcad.analysis.operating_point_schema import operating_point_of
 from tensorcad.analysis.report import Report, analyze as analyze_design
-from tensorcad.design.masks import reads_documents
 from tensorcad.design import load, preset_names, show
 from tensorcad.design.catalog import KINDS, catalog_text
 from tensorcad.design.expr import to_text
 from tensorcad.design.load import parse_text
+from tensorcad.design.masks import reads_documents
 from tensorcad.design.model import Design
 from tensorcad.errors import TensorcadError, join, shown
 from tensorcad.rules import check
+from tensorcad.views.preview import DEFAULT_CELLS, mask_preview, sample_row
+from tensorcad.views.walkthrough import walkthrough
 
 from .curve import curve as packing_curve
 from .kernel_blocks import block_overlay, rank_strip
-from .preview import DEFAULT_CELLS, mask_preview, sample_row
-from .walkthrough import walkthrough
 
 
 def _object(value: Any, path: str) -> dict:
@@ -213,7 +213,7 @@ def lengths(body: Any) -> dict:
     import binascii
     from pathlib import PurePosixPath
 
-    from tensorcad.corpus.histogram import lengths_from_bytes
+    from tensorcad.packing.corpus.histogram import lengths_from_bytes
 
     body = _object(body, "")
     _only(body, ("name", "base64"), "")

@@ -20,8 +20,7 @@ import numpy as np
 
 from tensorcad.analysis.tiles import row_tile_counts, tile_verdicts
 from tensorcad.design.model import Attention
-
-from .preview import SampledRow
+from tensorcad.views.preview import SampledRow
 
 MAX_DRAWN = 256
 # One letter a block, a string a query block: small to send, plain to read in a test.

@@ -1,9 +1,15 @@
-"""Hugging Face both ways: configs become designs, and weight names map between the two.
+"""Hugging Face both ways: configs become designs, weight names map between the two, and models are certified.
 
-`import_hf("path/to/config.json" or a model directory)` is the design `tensorcad import-hf`
-writes; `weights.weight_map(design)` is the table a generated model loads transformers'
-weights through. No torch and no transformers at import: a config is JSON and a weight
-map is data.
+- ``config`` and ``families``: `import_hf("path/to/config.json" or a model directory)`,
+  the design `tensorcad import-hf` writes;
+- ``weights``: `weight_map(design)`, the table a generated model loads transformers'
+  weights through;
+- ``adapters``: a Hugging Face model (or any model) as the ``model_fn(ids, documents,
+  positions)`` the certificates call, packed the way it is trained (`hf_causal_lm`);
+- ``diagnosis``: when a certificate fails on a Hugging Face model, the setting to blame.
+
+No torch and no transformers at import: a config is JSON, a weight map is data, and the
+adapters import torch only when an adapted model runs. The harness re-exports the adapters.
 """
 
 from __future__ import annotations
@@ -12,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import TensorcadError
+from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
 from .config import Disposition, Reader, looks_like_config, read_config
+from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
 from .families import SUPPORTED, family
 
-__all__ = ["SUPPORTED", "Disposition", "design_from_config", "dispositions", "import_hf", "load_design",
-           "looks_like_config"]
+__all__ = ["PACKINGS", "SUPPORTED", "Disposition", "adapt", "call", "design_from_config", "diagnose",
+           "diagnose_failure", "dispositions", "document_mask", "hf_causal_lm", "import_hf", "is_encoder",
+           "is_hf_model", "load_design", "looks_like_config", "reachable_hf_models", "unwrapped"]
 
 
 def _read(config: dict[str, Any], where: str, documents: bool, positions: bool, name: str | None):

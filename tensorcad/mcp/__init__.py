@@ -1,6 +1,6 @@
 """`tensorcad mcp`: the engine as Model Context Protocol tools and resources, over stdio.
 
-Every tool is a thin call into ``tensorcad.answers``, the functions the
+Every tool is a thin call into ``tensorcad.views.answers``, the functions the
 CLI's ``--json`` prints, and returns that JSON as structured content under a
 declared output schema (``tools``, ``schemas``); arguments are strict
 (``strict``); the presets, the catalog, the docs and the operating-point

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
-from .. import answers
+from ..views import answers
 
 # docs/ beside the package, where a checkout or an editable install has it; a wheel ships no docs.
 DOCS = Path(__file__).resolve().parents[2] / "docs"

@@ -1,4 +1,4 @@
-"""The tools' output schemas: the shape of each answer in ``tensorcad.answers``.
+"""The tools' output schemas: the shape of each answer in ``tensorcad.views.answers``.
 
 An answer's operating point is the engine's own schema
 (``analysis.operating_point_schema``, as reported); the report's other

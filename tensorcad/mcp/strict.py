@@ -9,7 +9,7 @@ being ignored; types are JSON's own, with no coercion (``true`` is not 1,
 ``"256"`` is not 256, and an empty string is not a default); strings and
 design objects have size limits.
 
-A tool returns its answer's JSON (``tensorcad.answers``); ``tool`` turns it
+A tool returns its answer's JSON (``tensorcad.views.answers``); ``tool`` turns it
 into a result whose structured content is that JSON (a list wrapped as
 ``{"result": [...]}``, since structured content is an object) under the
 output schema the tool declares, with the same JSON as text for clients that

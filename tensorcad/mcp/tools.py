@@ -1,4 +1,4 @@
-"""The tools: each a thin call into ``tensorcad.answers``, the functions the CLI's ``--json`` prints.
+"""The tools: each a thin call into ``tensorcad.views.answers``, the functions the CLI's ``--json`` prints.
 
 A design is a preset name, a path to a .json/.yaml file (or a Hugging Face
 config), or the design object itself. An operating point is the JSON the
@@ -16,9 +16,9 @@ import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ImageContent, TextContent
 
-from .. import answers
 from ..analysis.operating_point_schema import histogram_schema, operating_point_schema
 from ..errors import TensorcadError
+from ..views import answers
 from . import schemas
 from .strict import tool
 
@@ -44,8 +44,9 @@ def _op(raw, design):
 
 
 def _settings(seq, pack, spread, params, seed):
+    from tensorcad.runtime.building.settings import DEFAULTS, Settings  # no torch
+
     from ..packing import packing_of
-    from ..runtime.settings import DEFAULTS, Settings  # no torch
 
     params = DEFAULTS["params"] if params is None else params
     if not 1 <= params <= MAX_CERTIFY_PARAMS:
@@ -138,7 +139,7 @@ def register(server: MCPServer) -> None:
                   "as each cell's kept fraction, a PNG and a small text drawing.", schemas.MASK_PREVIEW, op)
     def mask_preview(design: Design, op: dict | None = None, attention: int | None = None,
                      cells: int | None = None, head: int | None = None) -> dict:
-        from ..mask_image import drawing, png
+        from tensorcad.views.mask_image import drawing, png
 
         d = _design(design)
         preview = answers.mask_preview(d, _op(op, d), 0 if attention is None else attention, cells,
@@ -152,7 +153,7 @@ def register(server: MCPServer) -> None:
                   f"{MAX_CERTIFY_SEQ} tokens, within {CERTIFY_SECONDS:g} s.", schemas.CERTIFY)
     def certify(design: Design, seq: int | None = None, pack: float | None = None, spread: float | None = None,
                 params: int | None = None, seed: int | None = None, ctx: Context | None = None) -> dict:
-        from ..runtime.certification import run_checks
+        from tensorcad.runtime.certification.registry import run_checks
 
         settings = _settings(seq, pack, spread, params, seed)
         progress = _deadline(CERTIFY_SECONDS, ctx)  # from here: building the scaled model counts too

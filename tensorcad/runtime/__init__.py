@@ -1,47 +1,46 @@
-"""The runtime: scale a design down, build its generated model, run it.
+"""The runtime: everything that needs torch, in three rooms.
 
-Imports torch (through its submodules, on first use); the engine never does.
+- ``building``: scale a design down, build its generated model, the subject
+  every check reads (a design scaled, built, seeded, with its batch), the
+  settings and their one set of defaults, ``torch.export``, block masks and
+  FLOPs counted by PyTorch;
+- ``certification``: the one registry of checks and certificates (isolation,
+  boundary moves, faithful, gradients, closed forms, block counts, goldens),
+  ``certify`` and ``verify``;
+- ``training``: ``smoke-train`` (on a made-up task or a corpus) and ``trace``.
+
+A room imports only the rooms below it (training, certification, building).
 Names load lazily, so `import tensorcad.runtime` stays cheap (and `scale` needs
-no torch). Modules are named for what they hold (`scaling`, `building`,
-`verification`, `tracing`, `training`; the check registry is `certification`, its
-subject `subject`, its defaults `settings`), never after a function they export: an
-imported submodule would otherwise shadow the function of the same name.
+no torch). Modules are named for what they hold, never after a function they
+export: an imported submodule would otherwise shadow the function of the same
+name.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tensorcad.faces import lazy
 
 _LAZY = {
-    "scale": ("tensorcad.runtime.scaling", "scale"),
-    "build": ("tensorcad.runtime.building", "build"),
-    "load_module": ("tensorcad.runtime.building", "load_module"),
-    "verify": ("tensorcad.runtime.verification", "verify"),
-    "VerifyReport": ("tensorcad.runtime.verification", "VerifyReport"),
-    "certify": ("tensorcad.runtime.certification", "certify"),
-    "Check": ("tensorcad.runtime.certification", "Check"),
-    "Subject": ("tensorcad.runtime.subject", "Subject"),
-    "Settings": ("tensorcad.runtime.settings", "Settings"),
-    "check_isolation": ("tensorcad.runtime.isolation", "check_isolation"),
-    "IsolationResult": ("tensorcad.runtime.isolation", "IsolationResult"),
-    "Leak": ("tensorcad.runtime.isolation", "Leak"),
-    "check_boundaries": ("tensorcad.runtime.boundaries", "check_boundaries"),
-    "check_faithful": ("tensorcad.runtime.faithful", "check_faithful"),
-    "check_gradient_isolation": ("tensorcad.runtime.gradients", "check_gradient_isolation"),
-    "ModelSubject": ("tensorcad.runtime.model_subject", "ModelSubject"),
-    "smoke_train": ("tensorcad.runtime.training", "smoke_train"),
-    "train_on_corpus": ("tensorcad.runtime.corpus_training", "train_on_corpus"),
-    "trace": ("tensorcad.runtime.tracing", "trace"),
+    "scale": ".building:scale",
+    "build": ".building:build",
+    "load_module": ".building:load_module",
+    "Subject": ".building:Subject",
+    "Settings": ".building:Settings",
+    "verify": ".certification:verify",
+    "VerifyReport": ".certification:VerifyReport",
+    "certify": ".certification:certify",
+    "Check": ".certification:Check",
+    "check_isolation": ".certification:check_isolation",
+    "IsolationResult": ".certification:IsolationResult",
+    "Leak": ".certification:Leak",
+    "check_boundaries": ".certification:check_boundaries",
+    "check_faithful": ".certification:check_faithful",
+    "check_gradient_isolation": ".certification:check_gradient_isolation",
+    "ModelSubject": ".certification:ModelSubject",
+    "smoke_train": ".training:smoke_train",
+    "train_on_corpus": ".training:train_on_corpus",
+    "trace": ".training:trace",
 }
 
 __all__ = list(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'tensorcad.runtime' has no attribute {name!r}")
-    module, attr = _LAZY[name]
-    value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy(__name__, _LAZY)

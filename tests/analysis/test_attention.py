@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tensorcad import closed_form as cf
+from tensorcad.packing import closed_form as cf
 from tensorcad.analysis.attention import KeysEstimate, _sampled, clear_caches, keys_per_query
 from tensorcad.analysis.rows import packed_rows
 from tensorcad.design import load
@@ -209,7 +209,7 @@ def test_padded_rows_are_averaged_over_their_real_tokens():
     # at position p keeps p + 1 - min(p + 1, 3) keys under this mask, so the mean is the
     # exact truncated causal mean minus min(p + 1, 3) averaged over the real tokens of the
     # very rows the sampler draws; the estimate's own standard error sets the tolerance.
-    from tensorcad.corpus.histogram import Lengths
+    from tensorcad.packing.corpus.histogram import Lengths
 
     lengths = np.maximum(np.round(np.random.default_rng(8).lognormal(6.5, 1.0, 50_000)), 1)
     histogram = Lengths.of(lengths.astype(np.int64))

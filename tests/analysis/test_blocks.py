@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from hypothesis_profiles import scaled  # tests/: the profile's example counts
 
-from tensorcad import closed_form as cf
+from tensorcad.packing import closed_form as cf
 from tensorcad.analysis.blocks import block_counts
 from tensorcad.analysis.tiles import count_row_blocks, tile_verdicts
 from tensorcad.design import load

@@ -32,7 +32,7 @@ def lognormal(mean: float, spread: float, count: int = 200_000, seed: int = 0) -
 
 def _lognormal_packing(mean: float):
     try:
-        from tensorcad.corpus.histogram import Lengths
+        from tensorcad.packing.corpus.histogram import Lengths
     except ImportError:
         return None
     return Packing(None, lengths=Lengths.of(lognormal(mean, 3.0)))

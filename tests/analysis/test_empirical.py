@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import tensorcad
-from tensorcad import closed_form as cf
-from tensorcad.corpus.histogram import Lengths, write_histogram
+from tensorcad.packing import closed_form as cf
+from tensorcad.packing.corpus.histogram import Lengths, write_histogram
 from tensorcad.packing import Packing
 
 DOCS = "llama-3-8b-documents"

@@ -17,7 +17,7 @@ from tensorcad.analysis.context_parallel import ContextParallel  # noqa: E402
 from tensorcad.analysis.operating_point import OperatingPoint  # noqa: E402
 from tensorcad.analysis.operating_point_schema import (  # noqa: E402
     operating_point_of, operating_point_schema)
-from tensorcad.corpus.histogram import Lengths  # noqa: E402
+from tensorcad.packing.corpus.histogram import Lengths  # noqa: E402
 from tensorcad.errors import TensorcadError  # noqa: E402
 from tensorcad.json_schema import check  # noqa: E402
 from tensorcad.packing import Packing  # noqa: E402
@@ -135,7 +135,7 @@ def test_our_check_agrees_with_jsonschema_on_any_json():
             ours = True
         except TensorcadError:
             ours = False
-        # jsonschema counts 2.0 as an integer; JSON's types with no coercion do not (tests/test_mcp_strict.py)
+        # jsonschema counts 2.0 as an integer; JSON's types with no coercion do not (tests/mcp/test_mcp_strict.py)
         assert ours == valid(value) or (not ours and "got number" in _why(value, schema))
 
     agree()

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tensorcad import closed_form
+from tensorcad.packing import closed_form
 from tensorcad.analysis.operating_point import OperatingPoint
 from tensorcad.analysis.report import analyze
 from tensorcad.design import load

@@ -28,8 +28,8 @@ import tensorcad  # noqa: E402
 from tensorcad.analysis.tiles import count_row_blocks  # noqa: E402
 from tensorcad.codegen import generate  # noqa: E402
 from tensorcad.design.block_ranges import block_ranges  # noqa: E402
-from tensorcad.runtime.blockmask import model_masks  # noqa: E402
-from tensorcad.runtime.building import load_module  # noqa: E402
+from tensorcad.runtime.building.blockmask import model_masks  # noqa: E402
+from tensorcad.runtime.building.generated import load_module  # noqa: E402
 
 HEADS = 4
 # attention params over nano-sort's (4 heads of 32): every family the ranges decide

@@ -1,6 +1,6 @@
 """generate(): every preset's source compiles, is formatted, deterministic and safe.
 
-Running the generated models is tests/runtime/test_build.py's job; here the source
+Running the generated models is tests/runtime/building/test_build.py's job; here the source
 itself is checked, plus the one generated function with an independent oracle (T5's
 bias score), which runs in eager arithmetic only.
 """

@@ -22,7 +22,7 @@ import tensorcad  # noqa: E402
 from tensorcad.codegen.generate import generate  # noqa: E402
 from tensorcad.design.expr import Env, evaluate  # noqa: E402
 from tensorcad.design.load import read  # noqa: E402
-from tensorcad.runtime.building import load_module  # noqa: E402
+from tensorcad.runtime.building.generated import load_module  # noqa: E402
 
 SEQ, ROWS = 97, 2
 

@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import tensorcad  # noqa: E402
-from tensorcad.runtime.building import build  # noqa: E402
-from tensorcad.runtime.scaling import scale  # noqa: E402
+from tensorcad.runtime.building.generated import build  # noqa: E402
+from tensorcad.runtime.building.scaling import scale  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ import urllib.request
 import numpy as np
 import pytest
 
-from tensorcad import closed_form
+from tensorcad.packing import closed_form
 from tensorcad.analysis.operating_point import OperatingPoint
 from tensorcad.analysis.report import analyze as engine_analyze
 from tensorcad.design import load, preset_names
 from tensorcad.editor import api, make_server, serve
-from tensorcad.editor import preview as preview_module
+from tensorcad.views import preview as preview_module
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing, draw
 

@@ -10,7 +10,7 @@ DOCS = "llama-3-8b-documents"
 
 def test_an_inline_histogram_packs_like_the_same_file():
     import tensorcad
-    from tensorcad.corpus.histogram import Lengths
+    from tensorcad.packing.corpus.histogram import Lengths
     from tensorcad.packing import Packing
 
     table = {"100": 30, "900": 10, "5000": 2}

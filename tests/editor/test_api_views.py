@@ -19,7 +19,7 @@ from tensorcad.analysis.operating_point import OperatingPoint
 from tensorcad.analysis.report import analyze as engine_analyze
 from tensorcad.design import load
 from tensorcad.editor import api
-from tensorcad.editor.preview import sample_row
+from tensorcad.views.preview import sample_row
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing
 
@@ -113,7 +113,7 @@ def _upload(name: str, data: bytes) -> dict:
 
 
 def test_an_uploaded_lengths_file_is_read_as_pack_lengths_reads_it(tmp_path):
-    from tensorcad.corpus.histogram import load_lengths
+    from tensorcad.packing.corpus.histogram import load_lengths
 
     lists = np.array([100, 100, 900, 5000, 7], dtype=np.int64)
     npy = io.BytesIO()
@@ -136,7 +136,7 @@ def test_an_uploaded_parquet_column_is_read_as_pack_lengths_reads_it(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     import pyarrow as pa
 
-    from tensorcad.corpus.histogram import load_lengths
+    from tensorcad.packing.corpus.histogram import load_lengths
 
     path = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"length": [5, 5, 300, 9000]}), path)
@@ -218,7 +218,7 @@ def test_the_largest_upload_fits_in_a_request_the_server_reads():
 def test_a_npy_header_promising_more_than_it_holds_is_refused_before_numpy_allocates_it(tmp_path):
     from numpy.lib import format as npy
 
-    from tensorcad.corpus.histogram import load_lengths
+    from tensorcad.packing.corpus.histogram import load_lengths
 
     header = io.BytesIO()
     npy.write_array_header_1_0(header, {"descr": "<i8", "fortran_order": False, "shape": (10**13,)})

@@ -25,7 +25,7 @@ from browser_fixtures import DOCS, _pack, _pick, _settle
 from tensorcad.analysis.tiles import row_tile_counts, tile_verdicts
 from tensorcad.design import load
 from tensorcad.editor import api
-from tensorcad.editor.preview import sample_row
+from tensorcad.views.preview import sample_row
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import Packing
 

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from torch.nn.attention.flex_attention import create_block_mask  # noqa: E402
 
 from tensorcad.editor import api  # noqa: E402
-from tensorcad.editor.preview import sample_row  # noqa: E402
+from tensorcad.views.preview import sample_row  # noqa: E402
 from tensorcad.packing import Packing  # noqa: E402
 
 

@@ -310,7 +310,7 @@ def argvs(draw):
 
 # -- MCP calls ---------------------------------------------------------------------
 
-# certify and mask_preview build models and draw rows: tests/test_mcp_session.py calls them, bounded.
+# certify and mask_preview build models and draw rows: tests/mcp/test_mcp_session.py calls them, bounded.
 TOOLS = ["presets", "catalog", "show", "validate", "analyze", "rules", "codegen", "walkthrough", "lengths", "nope"]
 ARGUMENTS = ["design", "op", "kind", "scale", "histogram"]
 MISSPELLED = ["packing", "pack", "pack_spread", "seq", "seq_len", "spread", "gpu", "Design", "design ", "", "seq\n",

@@ -21,7 +21,7 @@ def test_document_mask_agrees_block_for_block(design_texts):
 
 
 def test_a_disagreement_names_both_counts(design_texts, monkeypatch):
-    import tensorcad.runtime.blockmask as blockmask
+    import tensorcad.runtime.building.blockmask as blockmask
 
     real = blockmask.compare_blocks
 

@@ -40,7 +40,7 @@ def test_certify_and_verify_run_the_registry(marked_rules, monkeypatch, capsys):
     rules = next(c for c in out["checks"] if c["name"] == "rules")
     assert rules["status"] == "failed" and rules["message"] == "the registry's own rules ran on nano-sort"
 
-    import tensorcad.runtime.verification as verification
+    import tensorcad.runtime.certification.verification as verification
 
     report = verification.verify("nano-sort", checks=("rules",))
     assert report.check("rules").message == "the registry's own rules ran on nano-sort"

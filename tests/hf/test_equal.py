@@ -24,7 +24,7 @@ import tensorcad  # noqa: E402
 from tensorcad.analysis.params import count_params  # noqa: E402
 from tensorcad.hf import design_from_config, import_hf  # noqa: E402
 from tensorcad.runtime import build  # noqa: E402
-from tensorcad.runtime.profile import profile  # noqa: E402
+from tensorcad.runtime.building.profile import profile  # noqa: E402
 
 from hf_families import FAMILIES, WINDOW, WINDOWED, tiny_config  # noqa: E402  tests/hf, on sys.path (rootdir import mode)
 

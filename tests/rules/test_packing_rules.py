@@ -2,7 +2,7 @@
 
 import pytest
 
-from tensorcad import closed_form
+from tensorcad.packing import closed_form
 from tensorcad.analysis.operating_point import OperatingPoint
 from tensorcad.packing import Packing
 from tensorcad.rules import check

@@ -2,7 +2,7 @@
 
 `rules` makes it an error, `analyze` a warning line and a report flag, the editor's
 rules say the same (and the editor starts at the context: tests/editor/test_browser.py),
-and the generated model names --seq (tests/runtime/test_build.py).
+and the generated model names --seq (tests/runtime/building/test_build.py).
 """
 
 import json

@@ -7,8 +7,9 @@ import sys
 def test_public_names_survive_submodule_imports():
     code = (
         "import importlib, tensorcad.runtime as r\n"
-        "for m in ('scaling', 'building', 'verification', 'certification', 'subject', 'settings', 'tracing',\n"
-        "          'training', 'isolation'):\n"
+        "for m in ('building', 'building.scaling', 'building.generated', 'building.subject', 'building.settings',\n"
+        "          'certification', 'certification.registry', 'certification.verification',\n"
+        "          'certification.isolation', 'training', 'training.smoke', 'training.tracing'):\n"
         "    importlib.import_module('tensorcad.runtime.' + m)\n"
         "print(all(callable(getattr(r, n)) for n in ('scale', 'build', 'verify', 'trace', 'smoke_train',"
         " 'check_isolation', 'load_module', 'certify')))\n"

@@ -5,7 +5,8 @@ converted into one of the types in ``nodes``; any node type not listed is
 refused, quoting the offending text. Nothing is ever ``eval``ed or compiled
 to bytecode. Before the C parser sees the text, its length and nesting are
 bounded by a token scan (``limits``), so pathological inputs (10,000 nested
-brackets or unary operators) are refused without recursing.
+brackets or unary operators) are refused without recursing. Which constructs
+are accepted, and why the others are not, is ``grammar``; calls are ``calls``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import numpy as np
 
 from tensorcad.errors import TensorcadError
 
+from .calls import CallConverter
+from .grammar import ARITHMETIC, COMPARE, LOGIC, REFUSED_BINOPS, REFUSED_NODES
 from .limits import (
     MAX_LENGTH,
     MAX_LITERAL,
@@ -28,17 +31,14 @@ from .limits import (
     clip,
 )
 from .nodes import (
-    BUCKET_DEFAULTS,
     INDEX_NAMES,
     SCORE_NAME,
     Binary,
-    Call,
     Compare,
     Const,
     Expr,
     Kind,
     Param,
-    Read,
     Scope,
     Unary,
     Var,
@@ -51,37 +51,6 @@ from .nodes import (
 # parses at once (the editor's threaded server) can fail with "AST constructor
 # recursion depth mismatch" (cpython gh-106905); one parse at a time here.
 _AST_LOCK = threading.Lock()
-
-_ARITHMETIC = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Mod: "%"}
-_LOGIC = {ast.BitAnd: "&", ast.BitOr: "|"}
-_COMPARE = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">="}
-_REFUSED_BINOPS = {ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitXor: "^",
-                   ast.MatMult: "@"}
-
-# Why each refused Python construct is refused, by node type.
-_REFUSED_NODES: dict[type, str] = {
-    ast.Attribute: "attribute access is not allowed",
-    ast.Subscript: "subscripts are not allowed (read a port by calling it: name(b, q))",
-    ast.Lambda: "lambdas are not allowed",
-    ast.ListComp: "comprehensions are not allowed",
-    ast.SetComp: "comprehensions are not allowed",
-    ast.DictComp: "comprehensions are not allowed",
-    ast.GeneratorExp: "comprehensions are not allowed",
-    ast.JoinedStr: "f-strings are not allowed",
-    ast.FormattedValue: "f-strings are not allowed",
-    ast.NamedExpr: "assignment expressions (:=) are not allowed",
-    ast.Starred: "starred arguments are not allowed",
-    ast.IfExp: "conditional expressions are not allowed (use where(cond, a, b))",
-    ast.List: "lists are not allowed",
-    ast.Tuple: "tuples are not allowed",
-    ast.Set: "sets are not allowed",
-    ast.Dict: "dicts are not allowed",
-    ast.Slice: "slices are not allowed",
-    ast.Await: "await is not allowed",
-    ast.Yield: "yield is not allowed",
-    ast.YieldFrom: "yield is not allowed",
-}
-
 
 def parse(text: str, scope: Scope, path: str = "") -> Expr:
     """Parse a mask or score expression in ``scope``; refuse anything else.
@@ -120,7 +89,7 @@ def parse(text: str, scope: Scope, path: str = "") -> Expr:
     return expr
 
 
-class _Converter:
+class _Converter(CallConverter):
     """Python AST → expression AST, type-checking as it goes.
 
     ``convert`` returns the node and its kind (``bool``, ``int``, ``float``).
@@ -195,7 +164,7 @@ class _Converter:
                                   f"arguments and long comparison chains count one level each); the limit "
                                   f"is {MAX_TREE_DEPTH}: {clip(self.text, 60)!r}")
             return expr, kind
-        reason = _REFUSED_NODES.get(type(node), f"{type(node).__name__} is not allowed")
+        reason = REFUSED_NODES.get(type(node), f"{type(node).__name__} is not allowed")
         raise self.refuse(f"{reason}: {self.source(node)!r}")
 
     def convert_Constant(self, node: ast.Constant) -> tuple[Expr, Kind]:
@@ -268,19 +237,19 @@ class _Converter:
         if op_type is ast.Div:
             raise self.refuse(f"'/' is not allowed (use '//' for integer division): "
                               f"{self.source(node)!r}")
-        if op_type in _REFUSED_BINOPS:
-            raise self.refuse(f"operator {_REFUSED_BINOPS[op_type]!r} is not allowed: "
+        if op_type in REFUSED_BINOPS:
+            raise self.refuse(f"operator {REFUSED_BINOPS[op_type]!r} is not allowed: "
                               f"{self.source(node)!r}")
         left, left_kind = self.convert(node.left)
         right, right_kind = self.convert(node.right)
-        if op_type in _LOGIC:
-            op = _LOGIC[op_type]
+        if op_type in LOGIC:
+            op = LOGIC[op_type]
             hint = (" (comparisons bind looser than & and | in Python: "
                     "write (a >= b) & (c == d), or use 'and'/'or')")
             self.need_bool(node.left, left_kind, op, hint)
             self.need_bool(node.right, right_kind, op, hint)
             return Binary(op, left, right), "bool"
-        op = _ARITHMETIC[op_type]
+        op = ARITHMETIC[op_type]
         self.need_number(node.left, left_kind, op)
         self.need_number(node.right, right_kind, op)
         if op in ("//", "%") and is_constant(right) and _constant_value(right) == 0:
@@ -305,7 +274,7 @@ class _Converter:
         converted = [self.convert(operand) for operand in operands]
         result: Expr | None = None
         for i, op_node in enumerate(node.ops):
-            op = _COMPARE.get(type(op_node))
+            op = COMPARE.get(type(op_node))
             if op is None:
                 raise self.refuse(f"only == != < <= > >= compare; not {self.source(node)!r}")
             (left, left_kind), (right, right_kind) = converted[i], converted[i + 1]
@@ -321,136 +290,6 @@ class _Converter:
             result = comparison if result is None else Binary("&", result, comparison)
         assert result is not None
         return result, "bool"
-
-    # -- calls -------------------------------------------------------------
-
-    def convert_Call(self, node: ast.Call) -> tuple[Expr, Kind]:
-        if not isinstance(node.func, ast.Name):
-            if type(node.func) in _REFUSED_NODES:
-                self.convert(node.func)  # refuses attribute access and the rest, by name
-            raise self.refuse(f"only named functions and ports can be called, not "
-                              f"{self.source(node)!r}")
-        name = node.func.id
-        if name.startswith("__"):
-            raise self.refuse(f"dunder names are not allowed: {self.source(node)!r}")
-        if node.keywords:
-            raise self.refuse(f"keyword arguments are not allowed: {self.source(node)!r}")
-        for arg in node.args:
-            if isinstance(arg, ast.Starred):
-                raise self.refuse(f"starred arguments are not allowed: {self.source(node)!r}")
-        if name in self.scope.tensors:
-            return self.tensor_read(node, name)
-        if name in self.scope.tables:
-            return self.table_read(node, name)
-        handler = getattr(self, "call_" + name, None)
-        if handler is None or (name == "tanh" and not self.in_score):
-            if name == "tanh":
-                raise self.refuse(f"tanh is only allowed in a score: {self.source(node)!r}")
-            if name in self.scope.params or name in INDEX_NAMES:
-                raise self.refuse(f"{name!r} is not a function: {self.source(node)!r}")
-            if _looks_like_a_read(node):
-                ports = sorted(self.scope.tensors) + (sorted(self.scope.tables) if self.in_score else [])
-                listed = f"(ports: {', '.join(ports)})" if ports else "(no port is wired to this attention)"
-                raise self.refuse(f"unknown port {name!r} {listed}")
-            raise self.refuse(f"unknown function {name!r} in {self.source(node)!r}; "
-                              f"allowed: {self.allowed_calls()}")
-        return handler(node)
-
-    def tensor_read(self, node: ast.Call, port: str) -> tuple[Expr, Kind]:
-        args = node.args
-        names = [a.id if isinstance(a, ast.Name) else None for a in args]
-        if len(args) != 2 or names[0] != "b" or names[1] not in ("q", "kv"):
-            raise self.refuse(f"a tensor is read at a row and a position only: "
-                              f"{port}(b, q) or {port}(b, kv), not {self.source(node)!r}")
-        return Read(port, (Var("b"), Var(names[1]))), "int"
-
-    def table_read(self, node: ast.Call, port: str) -> tuple[Expr, Kind]:
-        if not self.in_score:
-            raise self.refuse("a mask may only read tensors the engine can make up "
-                              f"(documents, positions); {port!r} is a learned table")
-        ndim = self.scope.tables[port]
-        if len(node.args) != ndim:
-            raise self.refuse(f"table {port!r} has {ndim} dimension(s), so it takes {ndim} "
-                              f"index expression(s): {self.source(node)!r}")
-        index = []
-        for arg in node.args:
-            expr, kind = self.convert(arg)
-            self.need_int(arg, kind, f"an index into {port!r}")
-            index.append(expr)
-        return Read(port, tuple(index), table=True), "float"
-
-    def arity(self, node: ast.Call, low: int, high: int | None = None) -> None:
-        n = len(node.args)
-        high = low if high is None else high
-        if n < low or (high >= 0 and n > high):
-            wanted = (f"{low}" if low == high else f"{low} or more" if high < 0
-                      else f"{low} to {high}")
-            raise self.refuse(f"{node.func.id} takes {wanted} argument(s): "  # type: ignore[attr-defined]
-                              f"{self.source(node)!r}")
-
-    def call_bucket(self, node: ast.Call) -> tuple[Expr, Kind]:
-        self.arity(node, 1, 3)
-        x, kind = self.convert(node.args[0])
-        self.need_int(node.args[0], kind, "bucket")
-        settings = list(BUCKET_DEFAULTS)
-        for i, arg in enumerate(node.args[1:]):
-            if not (isinstance(arg, ast.Constant) and type(arg.value) is int):
-                raise self.refuse(f"bucket's num_buckets and max_distance must be integer "
-                                  f"literals: {self.source(arg)!r} in {self.source(node)!r}")
-            settings[i] = arg.value
-        num_buckets, max_distance = settings
-        if not 2 <= num_buckets <= 2**20 or not num_buckets // 2 < max_distance <= 2**40:
-            raise self.refuse(f"bucket needs 2 <= num_buckets <= 2**20 and num_buckets // 2 < "
-                              f"max_distance <= 2**40: {self.source(node)!r}")
-        return Call("bucket", (x, Const(num_buckets), Const(max_distance))), "int"
-
-    def call_tanh(self, node: ast.Call) -> tuple[Expr, Kind]:
-        self.arity(node, 1)
-        x, kind = self.convert(node.args[0])
-        self.need_number(node.args[0], kind, "tanh")
-        return Call("tanh", (x,)), "float"
-
-    def call_abs(self, node: ast.Call) -> tuple[Expr, Kind]:
-        self.arity(node, 1)
-        x, kind = self.convert(node.args[0])
-        self.need_number(node.args[0], kind, "abs")
-        return Call("abs", (x,)), kind
-
-    def _min_max(self, node: ast.Call, fn: str) -> tuple[Expr, Kind]:
-        self.arity(node, 2, -1)
-        result, kind = self.convert(node.args[0])
-        self.need_number(node.args[0], kind, fn)
-        for arg in node.args[1:]:
-            expr, arg_kind = self.convert(arg)
-            self.need_number(arg, arg_kind, fn)
-            result = Call(fn, (result, expr))
-            kind = "float" if "float" in (kind, arg_kind) else "int"
-        return result, kind
-
-    def call_min(self, node: ast.Call) -> tuple[Expr, Kind]:
-        return self._min_max(node, "min")
-
-    def call_max(self, node: ast.Call) -> tuple[Expr, Kind]:
-        return self._min_max(node, "max")
-
-    def call_where(self, node: ast.Call) -> tuple[Expr, Kind]:
-        self.arity(node, 3)
-        cond, cond_kind = self.convert(node.args[0])
-        self.need_bool(node.args[0], cond_kind, "where's condition")
-        a, a_kind = self.convert(node.args[1])
-        b, b_kind = self.convert(node.args[2])
-        if (a_kind == "bool") != (b_kind == "bool"):
-            raise self.refuse(f"where's branches must both be booleans or both numbers: "
-                              f"{self.source(node)!r}")
-        kind: Kind = ("bool" if a_kind == "bool"
-                      else "float" if "float" in (a_kind, b_kind) else "int")
-        return Call("where", (cond, a, b)), kind
-
-
-def _looks_like_a_read(node: ast.Call) -> bool:
-    """name(b, q) or name(b, kv): a tensor read, so an unknown name is a port misspelled or unwired."""
-    args = [a.id if isinstance(a, ast.Name) else None for a in node.args]
-    return not node.keywords and len(args) == 2 and args[0] == "b" and args[1] in ("q", "kv")
 
 
 def _constant_value(expr: Expr) -> float:

@@ -1,0 +1,257 @@
+"""The engine's commands: each `cmd_*` takes the parsed arguments and returns an exit code.
+
+`dispatch` builds the parser and calls these; the torch commands (verify,
+certify, smoke-train, trace) are in `torch_commands`, loaded only when run.
+Bad input raises TensorcadError, which `dispatch.main` prints as one line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tensorcad.errors import TensorcadError, one_line, shown
+
+from .operating_point import operating_point
+from .options import EXIT_BAD_INPUT, EXIT_FAILED, console
+
+
+def write_output(path: str, text: str, option: str) -> None:
+    """Write a file the user named, turning the OS's refusal into one line."""
+    try:
+        Path(path).write_text(text)
+    except OSError as e:
+        raise TensorcadError(option, f"cannot write {shown(path)}: {e.strerror}") from None
+
+
+def _emit(data: Any, args: argparse.Namespace) -> None:
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    out = getattr(args, "out", None)
+    if out is not None:
+        write_output(out, text, "--out")
+    if getattr(args, "json", False) or out is None:
+        sys.stdout.write(text)
+
+
+_console = console  # one console for every command (options)
+
+
+# -- commands --------------------------------------------------------------------
+
+
+def cmd_presets(args: argparse.Namespace) -> int:
+    from tensorcad.views import answers
+
+    rows = answers.presets()
+    if args.json:
+        _emit(rows, args)
+        return 0
+    from rich.table import Table
+
+    table = Table("preset", "params", "context", "description", box=None)
+    for r in rows:
+        table.add_row(r["name"], f"{r['params']:,}", f"{r['context']:,}", r["description"])
+    _console().print(table)
+    return 0
+
+
+def cmd_catalog(args: argparse.Namespace) -> int:
+    from tensorcad.design.catalog import catalog_markdown
+    from tensorcad.views import answers
+
+    answers.check_kind(args.kind)
+    if args.json:
+        _emit(answers.catalog(args.kind), args)
+        return 0
+    sys.stdout.write(catalog_markdown() if args.markdown else answers.catalog(args.kind)["text"])
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.views import answers
+
+    shown_design = answers.show(load(args.design))
+    if args.json:
+        _emit(shown_design, args)
+    else:
+        sys.stdout.write(shown_design["text"])
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from tensorcad.design import load
+    from tensorcad.views.answers import validation
+
+    bad, answers = 0, []
+    for file in args.files:  # every file, not only up to the first bad one
+        try:
+            design = load(file)
+        except TensorcadError as e:
+            bad += 1
+            answers.append({"file": file, "ok": False, "path": e.path, "error": str(e)})
+            if args.json:
+                continue
+            # Name the file too: a validate run may cover many.
+            where = one_line(file) if len(file) <= 200 else shown(file)
+            line = str(e) if str(e).startswith(where) else f"{where}: {e}"
+            sys.stderr.write(f"tensorcad: {line}\n")
+            continue
+        answers.append({"file": file, **validation(design)})
+        if not args.json:
+            print(f"{one_line(file)}: ok ({one_line(design.name)}, {len(design.nodes)} nodes)")
+    if args.json:
+        _emit(answers, args)
+    return EXIT_BAD_INPUT if bad else 0
+
+
+def cmd_new(args: argparse.Namespace) -> int:
+    from tensorcad.design import load
+
+    design = load(args.source).to_dict()
+    design["name"] = args.name
+    text = json.dumps(design, indent=2) + "\n"
+    load(json.loads(text))  # the new name is checked as any design's is, before anything is written
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    if Path(args.output).exists() and not args.force:
+        raise TensorcadError("--output", f"{shown(args.output)} exists; pass --force to replace it")
+    write_output(args.output, text, "--output")
+    print(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: tensorcad validate {args.output}")
+    return 0
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from tensorcad.analysis.report import analyze, render
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.views import answers
+
+    design = load(args.design)
+    op = operating_point(args, design)
+    if args.json or args.out is not None:
+        report = answers.analysis(design, op)  # what the MCP analyze tool returns
+        warnings = report.get("warnings", [])
+    else:
+        report = analyze(design, op)
+        warnings = report.warnings
+    for warning in warnings:  # on stderr, so --json stays machine-readable
+        sys.stderr.write(f"tensorcad: warning: {warning}\n")
+    if args.json or args.out is not None:
+        _emit(report, args)
+    else:
+        _console().print(render(report))
+    return 0
+
+
+def cmd_rules(args: argparse.Namespace) -> int:
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.rules import check, render
+    from tensorcad.views import answers
+
+    design = load(args.design)
+    op = operating_point(args, design)
+    if args.json:
+        diagnostics = answers.diagnostics(design, op)  # what the MCP rules tool returns
+        _emit(diagnostics, args)
+        return EXIT_FAILED if any(d["severity"] == "error" for d in diagnostics) else 0
+    diagnostics = check(design, op)
+    _console().print(render(diagnostics))
+    return EXIT_FAILED if any(d.severity == "error" for d in diagnostics) else 0
+
+
+def cmd_codegen(args: argparse.Namespace) -> int:
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.views import answers
+
+    generated = answers.codegen(load(args.design), args.scale, "--scale")
+    if args.json:
+        _emit(generated, args)
+        return 0
+    source = generated["source"]
+    if args.output is not None:
+        write_output(args.output, source, "--output")
+    else:
+        sys.stdout.write(source)
+    return 0
+
+
+def cmd_import_hf(args: argparse.Namespace) -> int:
+    from tensorcad.design import load
+    from tensorcad.hf import import_hf
+
+    design = import_hf(args.config, documents=args.documents, positions=args.positions, name=args.name)
+    load(design)  # the design it writes resolves, or the import is refused here
+    text = json.dumps(design, indent=2) + "\n"
+    if args.output:
+        write_output(args.output, text, "--output")
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_mcp(args: argparse.Namespace) -> int:
+    try:
+        from tensorcad.mcp import main as serve
+    except ModuleNotFoundError as e:
+        raise TensorcadError("", f"the MCP server needs the mcp package ({e.name} is missing): "
+                                 "pip install 'tensorcad[mcp]'") from None
+    serve()
+    return 0
+
+
+def cmd_editor(args: argparse.Namespace) -> int:
+    from tensorcad.editor import serve
+
+    if args.design is not None:
+        from tensorcad.design import load
+
+        load(args.design)  # refuse a bad design here, in one line, before any server starts
+    serve(design=args.design, port=args.port, open_browser=not args.no_browser)
+    return 0
+
+
+def cmd_lengths(args: argparse.Namespace) -> int:
+    from tensorcad.packing.corpus.histogram import write_histogram
+    from tensorcad.packing.corpus.reading import count_lengths, plot
+
+    total = 0
+    for file in args.corpus:
+        try:
+            total += Path(file).stat().st_size
+        except OSError as e:
+            raise TensorcadError(file, f"cannot read: {e.strerror}") from None
+    options = dict(field=args.field, separator=args.separator.encode().decode("unicode_escape"),
+                   by=args.by, tokenizer=args.tokenizer)
+    if args.json or not sys.stderr.isatty():
+        lengths, empty = count_lengths(args.corpus, **options)
+    else:
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        with Progress(TextColumn("counting"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                      console=Console(stderr=True), transient=True) as bar:
+            task = bar.add_task("counting", total=total)
+            lengths, empty = count_lengths(args.corpus, progress=lambda n: bar.advance(task, n), **options)
+    if args.out:
+        write_histogram(lengths, args.out)
+    from tensorcad.views.answers import lengths_summary
+
+    summary = {**lengths_summary(lengths), "empty": empty,
+               "by": "tokenizer" if args.tokenizer else args.by, "histogram": args.out}
+    if args.json:
+        _emit(summary, argparse.Namespace(json=True))
+        return 0
+    console = _console()
+    console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({summary['by']}), "
+                  f"{empty:,} empty skipped")
+    console.print(f"mean {lengths.mean:,.1f}, spread {lengths.spread:.3f}, p50 {summary['p50']:,}, "
+                  f"p90 {summary['p90']:,}, p99 {summary['p99']:,}, max {summary['max']:,}")
+    if not args.no_plot:
+        sys.stdout.write(plot(lengths) + "\n")
+    if args.out:
+        console.print(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})")
+    return 0

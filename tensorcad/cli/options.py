@@ -1,0 +1,106 @@
+"""What `cli` and `runtime_cli` share: the console, and the options the certifiers take.
+
+Its own module so that `cli` (the parser) and `runtime_cli` (the runtime's
+commands) each import it, and never each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+
+from tensorcad.errors import shown
+
+EXIT_FAILED = 1  # a check failed
+EXIT_BAD_INPUT = 2  # bad input: one line on stderr, never a traceback
+PIPED_WIDTH = 200  # piped output is read by people too: wide enough that no number or op name is cut
+
+
+def console():
+    from rich.console import Console
+
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else PIPED_WIDTH)
+
+
+_NUMBER = re.compile(r"[+-]?(\d[\d_]*)?(\.\d*)?([eE][+-]?\d+)?", re.ASCII)
+MAX_NUMBER_TEXT = 64  # characters: past this it is not a number anyone typed (and int() of 5,000 digits raises)
+
+
+def integer(text: str) -> int:
+    """An integer option: 2000000, 2_000_000 and 2e6 alike; ASCII digits only (not '٣')."""
+    if len(text) > MAX_NUMBER_TEXT or not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+    value = float(text) if any(c in text for c in ".eE") else int(text)
+    if isinstance(value, float) and (not math.isfinite(value) or not value.is_integer()):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number")
+    return int(value)
+
+
+def real(text: str) -> float:
+    """A number option: 0.5, 1e-3, 15e12; ASCII digits only, finite."""
+    if len(text) > MAX_NUMBER_TEXT or not _NUMBER.fullmatch(text) or not any(c.isdigit() for c in text):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number")
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a finite number")
+    return value
+
+
+def filename(text: str) -> str:
+    """A file the user names to write: not empty (an empty --out was silently ignored)."""
+    if not text or "\0" in text or len(text) > 4096:
+        raise argparse.ArgumentTypeError(f"expected a file name, got {shown(text)}")
+    return text
+
+
+def packing_option(args: argparse.Namespace):
+    """The Packing --pack, --pack-spread (and, where a command has them, --pack-lengths and
+    --pack-strategy) say; None when packing is off."""
+    from tensorcad.packing import packing_of
+
+    return packing_of(args.pack, args.pack_spread, mean_path="--pack", spread_path="--pack-spread",
+                      lengths=getattr(args, "pack_lengths", None), strategy=getattr(args, "pack_strategy", None),
+                      lengths_path="--pack-lengths", strategy_path="--pack-strategy",
+                      column=getattr(args, "pack_lengths_column", None))
+
+
+def add_certify_options(p: argparse.ArgumentParser) -> None:
+    """--seq/--pack/--pack-spread/--params/--seed: what `verify` and `certify` run at.
+
+    The defaults are the runtime's one set (`tensorcad.runtime.building.settings.DEFAULTS`),
+    the ones the pytest plugin uses too.
+    """
+    from tensorcad.runtime.building.settings import DEFAULTS  # no torch
+
+    p.add_argument("--seq", type=integer, help=f"tokens a row (default {DEFAULTS['seq']}, or the scaled "
+                                           "design's context if shorter)")
+    p.add_argument("--pack", type=real, metavar="MEAN",
+                   help=f"mean packed document length (default {DEFAULTS['pack']:g})")
+    p.add_argument("--pack-spread", type=real, metavar="C",
+                   help=f"document length spread: 0 fixed, 1 exponential (default {DEFAULTS['spread']:g})")
+    p.add_argument("--params", type=integer, default=DEFAULTS["params"],
+                   help=f"scale to about this many parameters (default {DEFAULTS['params']:,})")
+    p.add_argument("--seed", type=integer, default=DEFAULTS["seed"],
+                   help=f"seed of weights, ids, packing and perturbations (default {DEFAULTS['seed']})")
+
+
+def settings_option(args: argparse.Namespace):
+    """The runtime Settings the certify options give (unset ones: the runtime's defaults)."""
+    from tensorcad.errors import TensorcadError
+    from tensorcad.runtime.building.settings import DEFAULTS, Settings
+
+    for name in ("params", "seed"):
+        value = getattr(args, name)
+        if value is None or value < (1 if name == "params" else 0):
+            raise TensorcadError(f"--{name}", f"expected an integer >= {1 if name == 'params' else 0}, got {value!r}")
+    if args.pack is None and args.pack_spread is None:
+        pack, spread = DEFAULTS["pack"], DEFAULTS["spread"]
+    else:
+        packing = packing_option(args)  # a spread alone is refused, naming --pack-spread
+        pack, spread = packing.mean, packing.spread
+    try:
+        return Settings(seq=args.seq, pack=pack, spread=spread, params=args.params, seed=args.seed)
+    except TensorcadError as error:
+        raise TensorcadError("--" + error.path.removeprefix("tensorcad."), error.message) from None

@@ -1,0 +1,228 @@
+"""The runtime's commands: `tensorcad verify | certify | smoke-train | trace`.
+
+`cli.py` parses the options and dispatches here lazily, so torch loads only for
+these commands. Each returns an exit code: 0 when every check passes, 1 when
+one fails; bad input raises TensorcadError, which `cli.main` prints as one line
+and turns into 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import warnings
+from typing import Any
+
+from tensorcad.errors import TensorcadError
+
+from .options import EXIT_FAILED, console as _console, settings_option
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+def _status_text(status: str) -> str:
+    return {"passed": "[green]passed[/]", "failed": "[bold red]FAILED[/]", "skipped": "[yellow]skipped[/]"}[status]
+
+
+def _checks_table(title: str, rows: list[tuple[str, str, str, str]]):
+    from rich.markup import escape
+    from rich.table import Table
+
+    # check names such as isolation[eager] are text, not rich markup
+    table = Table("check", "status", "seconds", "what it showed", title=escape(title), box=None,
+                  title_justify="left")
+    for name, status, seconds, message in rows:
+        table.add_row(escape(name), _status_text(status), seconds, escape(message))
+    return table
+
+
+def _with_progress(quiet: bool, total: int, work):
+    """Run work(progress): a rich bar on a terminal, plain lines on stderr otherwise, nothing under --json.
+
+    ``progress(name, done, count, note="")`` is what the runtime calls: the step it is
+    on, how many there are, and a note such as the current loss.
+    """
+    if quiet:
+        return work(None)
+    if not sys.stderr.isatty():
+        return work(_PlainProgress(sys.stderr))
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[note]}"), TimeElapsedColumn(), TextColumn("eta"), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("starting", total=total, note="")
+
+        def progress(name: str, done: int, count: int, note: str = "") -> None:
+            bar.update(task, description=name, completed=done, total=count, note=note)
+
+        return work(progress)
+
+
+class _PlainProgress:
+    """Progress as plain lines, for logs and CI: a line when the stage changes and every tenth of it."""
+
+    def __init__(self, out, every_seconds: float = 30.0):
+        self.out, self.every = out, every_seconds
+        self.stage, self.started, self.last, self.shown = None, 0.0, 0.0, -1
+
+    def __call__(self, name: str, done: int, count: int, note: str = "") -> None:
+        import time
+
+        now = time.monotonic()
+        if name != self.stage:
+            self.stage, self.started, self.last, self.shown = name, now, 0.0, -1
+        tenth = done * 10 // max(count, 1)
+        if tenth == self.shown and now - self.last < self.every:
+            return
+        self.shown, self.last = tenth, now
+        elapsed = now - self.started
+        eta = f", about {elapsed / done * (count - done):.0f} s left" if 0 < done < count else ""
+        note = f", {note}" if note else ""
+        self.out.write(f"tensorcad: {name} {done}/{count}{note}, {elapsed:.0f} s{eta}\n")
+        self.out.flush()
+
+
+# -- verify ----------------------------------------------------------------------------
+
+
+def _settings_line(settings, design) -> str:
+    """What a run certified at: the operating point and scale, printed above its table."""
+    seq = settings.for_design(design).seq
+    pack = ("packing off" if settings.pack is None
+            else f"documents averaging {settings.pack:g} tokens (spread {settings.spread:g})")
+    return (f"at seq {seq}, {pack}, scaled to about {settings.params:,} parameters, seed {settings.seed}, "
+            f"{settings.rows} rows; block counts over {settings.block_rows} engine rows")
+
+
+def _print_failures(console, checks) -> None:
+    from rich.markup import escape
+
+    for c in checks:
+        if c.status == "failed":
+            console.print(f"[bold red]{escape(c.name)} failed:[/] {escape(c.message)}")
+
+
+def verify(args: argparse.Namespace) -> int:
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.runtime.certification.verification import CHECKS, verify as run_verify
+
+    design = load(args.design)
+    settings = settings_option(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = _with_progress(args.json, len(CHECKS), lambda progress: run_verify(
+            design, settings=settings, progress=progress))
+    if args.json:
+        _print_json(report.to_json())
+    else:
+        title = (f"{report.design} scaled to {report.params:,} parameters, "
+                 f"{_settings_line(report.settings, design)}")
+        console = _console()
+        console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message)
+                                            for c in report.checks]))
+        _print_failures(console, report.checks)
+    return 0 if report.passed else EXIT_FAILED
+
+
+# -- certify ---------------------------------------------------------------------------
+
+
+def certify(args: argparse.Namespace) -> int:
+    """The checks `pytest --tensorcad` runs (the runtime's registry), without pytest."""
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.runtime.certification.registry import run_checks
+    from tensorcad.views.answers import certify_checks, certify_subject
+
+    # Goldens are snapshot files a pytest run owns (and updates with --snapshot-update).
+    names = certify_checks()
+    designs = [load(name) for name in args.designs]  # every name checked before any runs
+    settings = settings_option(args)
+    # bad input (a seq the scaled model cannot hold) is one line and exit 2, not a table of failures
+    subjects = [certify_subject(design, settings) for design in designs]
+    results = []
+    for subject in subjects:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            checks = _with_progress(args.json, len(names), lambda progress: run_checks(
+                subject, names, _prefixed(subject.design.name, progress)))
+        results.append((subject, checks))
+    failed = any(c.status == "failed" for _, checks in results for c in checks)
+    if args.json:
+        from tensorcad.views.answers import certificate
+
+        _print_json([certificate(s, checks) for s, checks in results])
+        return EXIT_FAILED if failed else 0
+    console = _console()
+    for subject, checks in results:
+        title = f"{subject.design.name} {_settings_line(subject.settings, subject.design)}"
+        console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message) for c in checks]))
+        _print_failures(console, checks)
+    from rich.markup import escape
+
+    console.print(escape("golden[analysis], golden[rules], golden[codegen] run under pytest only "
+                         "(pytest --tensorcad DIR): goldens are snapshot files a test run owns"))
+    return EXIT_FAILED if failed else 0
+
+
+def _prefixed(name: str, progress):
+    if progress is None:
+        return None
+    return lambda check, done, count: progress(f"{name}: {check}", done, count)
+
+
+# -- smoke-train -----------------------------------------------------------------------
+
+
+def smoke_train(args: argparse.Namespace) -> int:
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.runtime.training.smoke import smoke_train as run_training
+
+    design = load(args.design)
+    if getattr(args, "corpus", None) is not None:
+        from tensorcad.runtime.training.corpus import train_on_corpus
+
+        def run_training(design, **options):  # the same options, on the corpus's documents
+            return train_on_corpus(design, args.corpus, tokenizer=args.tokenizer, field=args.field,
+                                   strategy=args.pack_strategy or "stream", **options)
+    elif getattr(args, "tokenizer", None) is not None or getattr(args, "pack_strategy", None) is not None:
+        raise TensorcadError("--corpus", "--tokenizer and --pack-strategy need a corpus to read")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = _with_progress(args.json, args.steps, lambda progress: run_training(
+            design, steps=args.steps, params=args.params, seed=args.seed, progress=progress))
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        console = _console()
+        console.print(result.summary())
+    return 0 if result.passed else EXIT_FAILED
+
+
+# -- trace -----------------------------------------------------------------------------
+
+
+def trace(args: argparse.Namespace) -> int:
+    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
+    from tensorcad.runtime.training.tracing import render, trace as run_trace
+
+    design = load(args.design)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = run_trace(design, seq=args.seq, params=args.params)
+    if args.json:
+        _print_json(result.to_json())
+    else:
+        _console().print(render(result))
+    return 0 if result.passed else EXIT_FAILED

@@ -1,0 +1,262 @@
+"""Each kind's node built from its checked params: the leaves, and the composites expanded.
+
+- `stack` repeats its block (one variant a window, taken in turn); the block's
+  `x` is the previous repetition's output.
+- `transformer_block` is norm, `gqa_attention`, norm, `mlp`, with residuals.
+- `gqa_attention` is q, k, v projections, a rotation of q and k, `sdpa`, o.
+- `sdpa` holds the `Attention`: its mask and score parsed, what it keeps.
+
+Ports a composite does not use itself are handed down by name (`_hand`) to the
+child that can take them, so a `doc` wired into a stack reaches every mask in it.
+`Expander` is the half of the resolver that knows the kinds; `resolve` is the
+half that reads the design's top level and asks it for each node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from ..errors import TensorcadError, join, shown
+from . import expr as E
+from .catalog import KINDS
+from .model import Attention, Node, Wire
+from .raw import check_kind, no_unknown
+from .schema import Kind, check_params
+
+
+class Expander:
+    """Builds nodes by kind; ``nodes`` holds the top-level nodes resolved so far (a tie names one)."""
+
+    nodes: dict[str, Node]
+
+    def _build(self, kind: Kind, id: str, name: str, path: str, raw_params: Any,
+               dim_in: int | None, handed: dict[str, Wire]) -> Node:
+        params = check_params(kind, raw_params, path)
+        if not kind.extra_ports:
+            for port, w in handed.items():
+                if kind.port(port) is None:
+                    raise TensorcadError(w.path, f"port {shown(port)} is handed to {name} ({kind.name}), which reads no such port")
+        build = getattr(self, f"_{kind.name}")
+        return build(id=id, name=name, path=path, params=params, dim_in=dim_in, handed=handed)
+
+    def _leaf(self, kind: str, id, name, path, params, dim_in, dim, wires=()) -> Node:
+        return Node(id, name, kind, path, MappingProxyType(params), dim_in, dim, tuple(wires))
+
+    def _embedding(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("embedding", id, name, path, params, None, params["dim"], handed.values())
+
+    def _pos_embedding(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("pos_embedding", id, name, path, params, dim_in, dim_in, handed.values())
+
+    def _linear(self, id, name, path, params, dim_in, handed) -> Node:
+        tie = params["tie"]
+        if tie is not None:
+            tpath = join(path, "tie")
+            target = self.nodes.get(tie)
+            if target is None or target.kind != "embedding":
+                raise TensorcadError(tpath, f"{shown(tie)} is not an embedding node defined before this one")
+            if (target.params["vocab"], target.params["dim"]) != (params["out"], dim_in):
+                raise TensorcadError(
+                    tpath,
+                    f"a tied projection {dim_in} -> {params['out']} does not fit embedding {shown(tie)} "
+                    f"({target.params['vocab']} x {target.params['dim']})",
+                )
+        return self._leaf("linear", id, name, path, params, dim_in, params["out"])
+
+    def _rmsnorm(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("rmsnorm", id, name, path, params, dim_in, dim_in)
+
+    def _layernorm(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("layernorm", id, name, path, params, dim_in, dim_in)
+
+    def _mlp(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("mlp", id, name, path, params, dim_in, dim_in)
+
+    def _table(self, id, name, path, params, dim_in, handed) -> Node:
+        return self._leaf("table", id, name, path, params, None, None)
+
+    def _rope(self, id, name, path, params, dim_in, handed) -> Node:
+        if params["head_dim"] % 2:
+            raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} is odd; rotary pairs features")
+        if dim_in is not None and dim_in % params["head_dim"]:
+            raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} does not divide the input width {dim_in}")
+        return self._leaf("rope", id, name, path, params, dim_in, dim_in, [w for w in handed.values() if w.port == "pos"])
+
+    def _sdpa(self, id, name, path, params, dim_in, handed) -> Node:
+        heads, kv_heads = params["heads"], params["kv_heads"] or params["heads"]
+        if heads % kv_heads:
+            raise TensorcadError(join(path, "heads"), f"{heads} is not divisible by kv_heads {kv_heads}")
+        head_dim = params["head_dim"]
+        if head_dim is None:
+            q = handed.get("q")
+            qdim = self.nodes[q.source].dim if q else None
+            if qdim is None or qdim % heads:
+                raise TensorcadError(join(path, "head_dim"), "missing: give head_dim")
+            head_dim = qdim // heads
+        for port, width in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+            w = handed.get(port)
+            if w is not None and self.nodes[w.source].dim != width:
+                raise TensorcadError(w.path, f"{shown(w.source)} is {self.nodes[w.source].dim} wide; {port} needs {width}")
+        attention = self._attention(path, params, heads, kv_heads, head_dim, handed)
+        params = {**params, "kv_heads": kv_heads, "head_dim": head_dim}
+        wires = [w for w in handed.values() if w.port not in ("q", "k", "v")]
+        node = self._leaf("sdpa", id, name, path, params, dim_in, heads * head_dim, wires)
+        return replace(node, attention=attention)
+
+    def _attention(self, path, params, heads, kv_heads, head_dim, handed) -> Attention:
+        tensors = {p: w for p, w in handed.items() if w.from_input}
+        tables = {
+            p: w for p, w in handed.items()
+            if not w.from_input and p not in ("q", "k", "v") and self.nodes[w.source].kind == "table"
+        }
+        numbers = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim}
+        if params["window"] is not None:
+            numbers["window"] = params["window"]
+        mask = score = None
+        if params["mask"] is not None:
+            mask = E.parse(params["mask"], E.Scope("mask", numbers, frozenset(tensors),
+                                                   {p: len(self.nodes[w.source].params["shape"]) for p, w in tables.items()}),
+                           join(path, "mask"))
+        if params["score"] is not None:
+            score = E.parse(params["score"], E.Scope("score", numbers, frozenset(tensors),
+                                                     {p: len(self.nodes[w.source].params["shape"]) for p, w in tables.items()}),
+                            join(path, "score"))
+        read = (E.reads(mask) if mask is not None else frozenset()) | (E.reads(score) if score is not None else frozenset())
+        for port, w in {**tensors, **tables}.items():
+            if port not in read and port != "pos":
+                raise TensorcadError(w.path, f"port {shown(port)} reaches {path}, whose mask and score read nothing by that name")
+        causal = E.Compare(">=", E.Var("q"), E.Var("kv")) if params["causal"] else None
+        window = None
+        if params["window"] is not None:
+            distance = E.Binary("-", E.Var("q"), E.Var("kv"))
+            if not params["causal"]:
+                distance = E.Call("abs", (distance,))
+            window = E.Compare("<", distance, E.Param("window", params["window"]))
+        return Attention(
+            path=path, heads=heads, kv_heads=kv_heads, head_dim=head_dim,
+            causal=params["causal"], window=params["window"], mask=mask, score=score,
+            keep=E.all_of(causal, window, mask),
+            tensors=MappingProxyType(tensors), tables=MappingProxyType(tables),
+        )
+
+    def _hand(self, handed: dict[str, Wire], child: str, ports=None) -> dict[str, Wire]:
+        """Hand ports one level down, extending each route by the child's port."""
+        return {
+            p: replace(w, route=w.route + (f"{child}.{p}",))
+            for p, w in handed.items()
+            if ports is None or p in ports
+        }
+
+    def _gqa_attention(self, id, name, path, params, dim_in, handed) -> Node:
+        heads = params["heads"]
+        kv_heads = params["kv_heads"] or heads
+        if heads % kv_heads:
+            raise TensorcadError(join(path, "heads"), f"{heads} is not divisible by kv_heads {kv_heads}")
+        head_dim = params["head_dim"]
+        if head_dim is None:
+            if dim_in % heads:
+                raise TensorcadError(join(path, "heads"), f"width {dim_in} is not divisible by {heads} heads; give head_dim")
+            head_dim = dim_in // heads
+        bias = params["bias"]
+        qkv_bias = bias if params["qkv_bias"] is None else params["qkv_bias"]
+        children = [
+            self._leaf("linear", "q", f"{name}.q", path, {"out": heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, heads * head_dim),
+            self._leaf("linear", "k", f"{name}.k", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
+            self._leaf("linear", "v", f"{name}.v", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
+        ]
+        if params["qk_norm"] is not None:
+            # one RMSNorm of head_dim features for q and one for k, shared by every head (Qwen3)
+            norm = check_params(KINDS["rmsnorm"], params["qk_norm"], join(path, "qk_norm"))
+            params = {**params, "qk_norm": norm}
+            for which in ("q", "k"):
+                children.append(self._leaf("rmsnorm", f"{which}_norm", f"{name}.{which}_norm", join(path, "qk_norm"),
+                                           norm, head_dim, head_dim))
+        if params["rope"] is not None:
+            rope_raw = params["rope"]
+            rpath = join(path, "rope")
+            rope = check_params(KINDS["rope"], {"head_dim": head_dim, **rope_raw}, rpath)
+            if rope["head_dim"] != head_dim:
+                raise TensorcadError(join(rpath, "head_dim"), f"{rope['head_dim']} differs from the attention's head_dim {head_dim}")
+            for which, width in (("q", heads * head_dim), ("k", kv_heads * head_dim)):
+                children.append(self._rope(f"rope_{which}", f"{name}.rope_{which}", rpath, rope, width,
+                                           self._hand(handed, f"{name}.rope_{which}", ("pos",))))
+        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score", "scale")}
+        sdpa_params.update(kv_heads=kv_heads, head_dim=head_dim)
+        sdpa = self._sdpa("sdpa", f"{name}.sdpa", path, sdpa_params, heads * head_dim,
+                          self._hand(handed, f"{name}.sdpa"))
+        children += [sdpa, self._leaf("linear", "o", f"{name}.o", path, {"out": dim_in, "bias": bias, "tie": None},
+                                      heads * head_dim, dim_in)]
+        params = {**params, "kv_heads": kv_heads, "head_dim": head_dim}
+        node = self._leaf("gqa_attention", id, name, path, params, dim_in, dim_in, handed.values())
+        return replace(node, children=tuple(children))
+
+    def _transformer_block(self, id, name, path, params, dim_in, handed) -> Node:
+        dim = params["dim"] if params["dim"] is not None else dim_in
+        if dim != dim_in:
+            raise TensorcadError(join(path, "dim"), f"{dim} differs from its input's width {dim_in}")
+        norm = KINDS[params["norm"]]
+        norm_params = {"eps": params["eps"]}
+        if params["norm_offset"]:
+            if norm.name != "rmsnorm":
+                raise TensorcadError(join(path, "norm_offset"), f"an offset scales an rmsnorm; this block's norm is {norm.name}")
+            norm_params["offset"] = params["norm_offset"]
+        attention = self._build(KINDS["gqa_attention"], "attention", f"{name}.attention", join(path, "attention"),
+                                params["attention"], dim, self._hand(handed, f"{name}.attention"))
+        mlp = self._build(KINDS["mlp"], "mlp", f"{name}.mlp", join(path, "mlp"), params["mlp"], dim, {})
+        def norm_leaf(id):
+            return self._leaf(norm.name, id, f"{name}.{id}", path, norm_params, dim, dim)
+
+        if params["post_norms"]:  # Gemma 2: each half's output normalised before its residual add
+            children = (norm_leaf("attention_norm"), attention, norm_leaf("post_attention_norm"),
+                        norm_leaf("mlp_norm"), mlp, norm_leaf("post_mlp_norm"))
+        else:
+            children = (norm_leaf("attention_norm"), attention, norm_leaf("mlp_norm"), mlp)
+        node = self._leaf("transformer_block", id, name, path, {**params, "dim": dim}, dim_in, dim, handed.values())
+        return replace(node, children=children)
+
+    def _stack(self, id, name, path, params, dim_in, handed) -> Node:
+        block = params["block"]
+        bpath = join(path, "block")
+        if "params" in block:
+            no_unknown(block, ("kind", "params"), bpath, "a block")
+        kind_name = block.get("kind")
+        check_kind(kind_name, join(bpath, "kind"))
+        kind = KINDS[kind_name]
+        if kind.port("x") is None or kind.name in ("embedding", "stack"):
+            raise TensorcadError(join(bpath, "kind"), f"a stack repeats a block that maps x to x; {shown(kind_name)} does not")
+        if "params" in block:
+            inner, ipath = block["params"], join(bpath, "params")
+        else:  # the block's params may also sit beside its kind
+            inner, ipath = {k: v for k, v in block.items() if k != "kind"}, bpath
+        windows = params["windows"]
+        if windows is None:
+            variants = [inner]
+        else:
+            # one block per window, taken in turn: the stack runs the cycle repeat / n times
+            wpath = join(path, "windows")
+            if params["repeat"] % len(windows):
+                raise TensorcadError(wpath, f"{len(windows)} windows do not divide repeat {params['repeat']}")
+            if kind.name not in ("transformer_block", "gqa_attention"):
+                raise TensorcadError(wpath, f"windows set an attention's window; a {kind.name} block has none")
+            variants = []
+            for w in windows:
+                variant = dict(inner) if isinstance(inner, dict) else inner
+                if kind.name == "transformer_block" and isinstance(inner, dict):
+                    attention = inner.get("attention")
+                    variant["attention"] = {**attention, "window": w} if isinstance(attention, dict) else attention
+                elif isinstance(inner, dict):
+                    variant["window"] = w
+                variants.append(variant)
+        children = []
+        for i, variant in enumerate(variants):
+            cid = "block" if i == 0 else f"block_{i}"
+            child = self._build(kind, cid, f"{name}.{cid}", ipath, variant, dim_in, self._hand(handed, f"{name}.{cid}"))
+            if child.dim != dim_in:
+                raise TensorcadError(bpath, f"the block maps width {dim_in} to {child.dim}; a stack needs them equal")
+            children.append(child)
+        node = self._leaf("stack", id, name, path, params, dim_in, dim_in, handed.values())
+        return replace(node, children=tuple(children), repeat=params["repeat"] // len(children))
+
+

@@ -1,0 +1,113 @@
+"""Why a Hugging Face model leaked across packed documents: the setting to change, named.
+
+transformers reads packed documents from restarting ``position_ids`` only when
+no 2D ``attention_mask`` and no cache exist (``masking_utils._preprocess_mask_arguments``
+calls ``find_packed_sequence_indices`` only then), and models create a cache
+whenever ``use_cache`` is on, which ``config.use_cache`` turns on by default,
+in train mode too. Its encoders (BERT's ``create_bidirectional_mask``) never
+read packing from positions at all. So ``model(**collator_batch)`` in a custom
+loop attends across documents without a word.
+
+On a failed isolation the harness finds the Hugging Face models the callable
+reaches (the callable itself, an adapter's model, its closure and defaults),
+runs the batch once more with a forward pre-hook that records the keywords
+each received, and names what to change.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from .adapters import is_encoder, is_hf_model, unwrapped
+
+
+def reachable_hf_models(model_fn: Any) -> list[Any]:
+    """The Hugging Face models ``model_fn`` is, holds, or closes over (one level deep)."""
+    seen: list[Any] = []
+    candidates = [model_fn, getattr(model_fn, "model", None)]
+    function = getattr(model_fn, "__func__", model_fn)
+    if inspect.isfunction(function):
+        # What the function's code names: its closure, the module-level names it reads, its defaults.
+        names = inspect.getclosurevars(function)
+        candidates.extend(names.nonlocals.values())
+        candidates.extend(names.globals.values())
+        candidates.extend(function.__defaults__ or ())
+    for candidate in candidates:
+        if is_hf_model(candidate) and not any(candidate is s for s in seen):
+            seen.append(candidate)
+    return seen
+
+
+def _restarts(positions: Any) -> bool:
+    """Whether position ids restart inside a row (a packed batch)."""
+    import torch
+
+    if not isinstance(positions, torch.Tensor) or positions.dim() != 2 or positions.shape[1] < 2:
+        return False
+    return bool((torch.diff(positions, dim=-1) != 1).any())
+
+
+def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str | None:
+    """The setting to change, given the keywords a Hugging Face model was called with; None if none is known."""
+    import torch
+
+    position_ids = kwargs.get("position_ids", positions)
+    mask = kwargs.get("attention_mask")
+    packed = _restarts(position_ids)
+    name = type(unwrapped(model)).__name__
+    if is_encoder(model):
+        if mask is None or (isinstance(mask, torch.Tensor) and mask.dim() == 2):
+            return (f"{name} is an encoder: transformers' bidirectional mask never reads packing from "
+                    "position_ids; pass a 4D document mask (harness.hf_causal_lm(model, packing='mask'))")
+        return None
+    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and bool((mask == 1).all()) and packed:
+        return ("drop the all-ones attention_mask: transformers detects packed documents from restarting "
+                "position_ids only when attention_mask is None")
+    if packed and mask is None:
+        use_cache = kwargs.get("use_cache")
+        if use_cache is None:
+            use_cache = bool(getattr(model.config, "use_cache", False))
+        if use_cache or kwargs.get("past_key_values") is not None:
+            return ("pass use_cache=False (or set model.config.use_cache = False): with a cache, transformers "
+                    "ignores the restarting position_ids and attends across documents")
+    if mask is None and position_ids is not None and not packed:
+        return ("the position_ids never restart: pass each token's position in its document "
+                "(tensorcad.packing.positions_of(documents), the collator's position_ids)")
+    return None
+
+
+def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, positions: Any) -> list[str]:
+    """One line per Hugging Face model ``model_fn`` reaches whose call explains a leak, from one more run."""
+    import torch
+
+    models = reachable_hf_models(model_fn)
+    if not models:
+        return []
+    calls: dict[int, dict[str, Any]] = {}
+
+    def record(module, args, kwargs):
+        # Positional arguments are named by the forward's own signature (model(ids, mask) is a call too).
+        try:
+            named = inspect.signature(unwrapped(module).forward).bind_partial(*args, **kwargs).arguments
+        except TypeError:
+            named = dict(kwargs)
+        calls.setdefault(id(module), dict(named))
+
+    handles = [m.register_forward_pre_hook(record, with_kwargs=True) for m in models]
+    try:
+        with torch.no_grad():
+            model_fn(ids, documents, positions)
+    except Exception:  # the diagnosis must never hide the verdict
+        return []
+    finally:
+        for handle in handles:
+            handle.remove()
+    hints = []
+    for model in models:
+        if id(model) in calls:
+            hint = diagnose(model, calls[id(model)])
+            if hint:
+                hints.append(f"{type(unwrapped(model)).__name__}: {hint}")
+    return hints

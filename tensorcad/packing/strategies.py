@@ -1,0 +1,213 @@
+"""The strategies that fill training rows with documents, and the rows they make.
+
+- ``stream``: documents end to end, rows cut wherever they fall (``stream.Stream``).
+- ``bfd``: best-fit decreasing. A buffer of documents, longest first, each into
+  the open row it leaves least room in; a document longer than a row is
+  truncated to one (TRL's ``pack_dataset(strategy="bfd")``).
+- ``ffd``: first-fit decreasing: the same, into the first open row it fits
+  (axolotl's and NeMo's packers).
+- ``split``: Ding et al. 2024, "Fewer Truncations Improve Language Modeling":
+  a document longer than a row is cut into row-sized pieces (and the rest),
+  and the pieces are best-fit as above; nothing is truncated.
+- ``pad``: one document a row, truncated or padded: what unpacked training pays.
+
+A bin-packed row begins on a boundary and ends in padding: the room no
+document filled. The padding is one more document of the row (a cut where it
+begins), so a block counter sees what the kernel computes for it, but it holds
+no real token: keys a query are over real tokens, and the cost of a real token
+carries the padding's share of every matmul.
+
+Rows are drawn as the stream's are: one length per stratum of the
+distribution, shuffled, packed buffer by buffer; of the rows that makes, the
+sampled ones are one from each of ``rows`` equal slices. The exact mean of
+(position + 1) over every packed row's real tokens is known from the pieces
+(a row begins on a boundary, so a piece of n tokens keeps n(n + 1)/2), and is
+the control the sampler is held to.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tensorcad.errors import check_integer
+
+from .boundaries import RowBoundaries
+from .settings import MAX_ROWS, MAX_SEQ, Packing
+from .stream import MIN_STREAM_DOCUMENTS, Stream
+
+BUFFERS = 32
+MAX_DOCUMENTS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Bins:
+    """Documents packed into rows: each piece's length, row (bin) and document, in row order.
+
+    Pieces of one row are in the order they were placed; ``truncated`` and
+    ``split`` count documents.
+    """
+
+    seq: int
+    length: np.ndarray
+    row: np.ndarray
+    document: np.ndarray
+    rows: int
+    documents: int
+    truncated: int
+    split: int
+
+    @property
+    def real(self) -> np.ndarray:
+        """Real tokens in each row."""
+        return np.bincount(self.row, weights=self.length, minlength=self.rows).astype(np.int64)
+
+
+def _place(pieces: np.ndarray, seq: int, best: bool) -> np.ndarray:
+    """The bin of each piece (pieces already longest first), best or first fit, opening bins as needed."""
+    remaining = np.empty(len(pieces), dtype=np.int64)
+    where = np.empty(len(pieces), dtype=np.int64)
+    opened = 0
+    big = np.iinfo(np.int64).max
+    for i, n in enumerate(pieces.tolist()):
+        open_bins = remaining[:opened]
+        fits = open_bins >= n
+        if n < seq and opened and fits.any():
+            b = int(np.where(fits, open_bins, big).argmin()) if best else int(fits.argmax())
+        else:
+            b = opened
+            remaining[b] = seq
+            opened += 1
+        remaining[b] -= n
+        where[i] = b
+    return where
+
+
+def pack(lengths: np.ndarray, seq: int, strategy: str, buffer: int) -> Bins:
+    """Pack documents of ``lengths`` (in the order given) into rows of ``seq`` tokens."""
+    seq = check_integer(seq, "seq", 1, MAX_SEQ)
+    lengths = np.asarray(lengths, dtype=np.int64)
+    documents = len(lengths)
+    if strategy == "pad":
+        return Bins(seq, np.minimum(lengths, seq), np.arange(documents), np.arange(documents),
+                    documents, documents, int((lengths > seq).sum()), 0)
+    if strategy in ("bfd", "ffd"):
+        piece, owner = np.minimum(lengths, seq), np.arange(documents)
+        truncated, split = int((lengths > seq).sum()), 0
+    elif strategy == "split":
+        # floor(L / seq) whole rows, and what is left over.
+        whole, rest = np.divmod(lengths, seq)
+        count = whole + (rest > 0)
+        owner = np.repeat(np.arange(documents), count)
+        first = np.cumsum(count) - count
+        index = np.arange(len(owner)) - np.repeat(first, count)
+        piece = np.where(index < np.repeat(whole, count), seq, np.repeat(rest, count))
+        truncated, split = 0, int((count > 1).sum())
+    else:
+        raise ValueError(f"not a bin-packing strategy: {strategy!r}")
+    out_len, out_row, out_doc = [], [], []
+    rows = 0
+    for start in range(0, documents, buffer):
+        chosen = np.flatnonzero((owner >= start) & (owner < start + buffer))
+        order = chosen[np.argsort(-piece[chosen], kind="stable")]
+        where = _place(piece[order], seq, best=strategy != "ffd")
+        # Row order: bins as opened; within a row, pieces as placed.
+        arrange = np.lexsort((np.arange(len(order)), where))
+        out_len.append(piece[order][arrange])
+        out_row.append(where[arrange] + rows)
+        out_doc.append(owner[order][arrange])
+        rows += int(where.max()) + 1 if len(where) else 0
+    return Bins(seq, np.concatenate(out_len), np.concatenate(out_row), np.concatenate(out_doc),
+                rows, documents, truncated, split)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """The rows the analysis measures under a packing, and what the packing did.
+
+    ``causal_keys``: the exact mean of (position + 1) over the real tokens of
+    every row the sampled rows were drawn from (every window of the stream,
+    or every bin). ``real``: their real tokens over all their tokens.
+    ``truncated`` and ``split``: fractions of documents. For ``stream``,
+    ``split`` is the chance a document holds a row's edge when rows are cut
+    back to back at a uniform phase, min(1, (L - 1) / T) averaged.
+    """
+
+    boundaries: RowBoundaries
+    causal_keys: float
+    real: float
+    truncated: float
+    split: float
+    documents_per_row: float
+
+    @property
+    def padding(self) -> float:
+        return 1.0 - self.real
+
+    def to_json(self) -> dict:
+        return {"padding": self.padding, "truncated": self.truncated, "split": self.split,
+                "documentsPerRow": self.documents_per_row}
+
+
+def draw_packed(packing: Packing, rows: int, seq: int, seed: int = 0) -> Packed:
+    """Rows of ``seq`` tokens under ``packing``, seeded: the same arguments give the same rows."""
+    rows = check_integer(rows, "rows", 1, MAX_ROWS)
+    seq = check_integer(seq, "seq", 1, MAX_SEQ)
+    seed = check_integer(seed, "seed", 0, 2**63 - 1)
+    if packing.strategy == "stream":
+        stream = Stream.build(rows, seq, packing.mean, packing.spread, seed, lengths=packing.lengths)
+        length = stream.lengths.astype(np.float64)
+        return Packed(stream.boundaries(), stream.causal_keys_every_window(), 1.0, 0.0,
+                      float(np.minimum(1.0, (length - 1) / seq).mean()),
+                      float(len(length)) * seq / float(length.sum()))
+    count = max(MIN_STREAM_DOCUMENTS, rows, math.ceil(rows * seq / max(packing.mean, 1.0)))
+    if packing.strategy == "pad":
+        # A row is a document: the rows themselves are the strata, one each,
+        # rather than a sample of rows cut from more strata (the long tail's noise).
+        count = max(MIN_STREAM_DOCUMENTS, rows)
+    else:
+        # Padding is what the last rows of each buffer leave empty, so its noise
+        # is that of the buffers packed: at least 32 of them (0.06 points of
+        # padding, one standard deviation, for log-normal c = 3 at 8,192).
+        count = max(count, min(BUFFERS * packing.buffer, MAX_DOCUMENTS))
+    while True:
+        bins = pack(packing.document_lengths(count, seed), seq, packing.strategy, packing.buffer)
+        if bins.rows >= rows:
+            break
+        count = math.ceil(count * rows / bins.rows) + 1
+    # One sampled row from each of ``rows`` equal slices of the rows packed.
+    rng = np.random.default_rng((seed, 1))
+    picked = np.floor((np.arange(rows) + rng.random(rows)) / rows * bins.rows).astype(np.int64)
+    picked = np.minimum(picked, bins.rows - 1)
+    rng.shuffle(picked)
+    real = bins.real
+    pieces = bins.length.astype(np.float64)
+    return Packed(
+        boundaries=_boundaries(bins, picked, real),
+        causal_keys=float((pieces * (pieces + 1) / 2).sum() / pieces.sum()),
+        real=float(real.sum()) / (bins.rows * seq),
+        truncated=bins.truncated / bins.documents,
+        split=bins.split / bins.documents,
+        documents_per_row=bins.documents / bins.rows,
+    )
+
+
+def _boundaries(bins: Bins, picked: np.ndarray, real: np.ndarray) -> RowBoundaries:
+    """The picked rows' boundaries: each piece after the first begins one, and so does padding."""
+    seq = bins.seq
+    first = np.searchsorted(bins.row, np.arange(bins.rows + 1), side="left")
+    cumulative = np.cumsum(bins.length)
+    before = np.append(0, cumulative)[first[:-1]]  # tokens packed before each row's first piece
+    ends = cumulative - before[bins.row]  # where each piece ends within its row
+    # Every end short of the row's end begins the next piece, or the padding.
+    cut_at = [ends[first[b]:first[b + 1]] for b in picked.tolist()]
+    cut_at = [c[c < seq] for c in cut_at]
+    cuts = np.concatenate(cut_at).astype(np.int64) if cut_at else np.zeros(0, dtype=np.int64)
+    counts = np.array([len(c) for c in cut_at], dtype=np.int64)
+    offsets = np.zeros(len(picked) + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    return RowBoundaries(seq=seq, cuts=cuts, offsets=offsets,
+                         first_age=np.zeros(len(picked), dtype=np.int64),
+                         padding=(seq - real[picked]).astype(np.int64))

@@ -1,0 +1,102 @@
+"""Certification: the one registry of checks a design or a model is held to, and what runs it.
+
+- ``registry``: ``REGISTRY`` (each check and what it holds the design to),
+  ``CERTIFY`` (what ``tensorcad certify`` and ``pytest --tensorcad`` run),
+  ``VERIFY``, ``run_check``, ``certify``; ``outcome``: ``Check``, the one
+  result type, and ``Skipped``;
+- the certificates any model is held to (``certificates`` wraps them as
+  checks): ``isolation`` (a document's tokens changed move nothing outside
+  it), ``boundaries`` (a boundary moved moves nothing after it),
+  ``faithful`` (each document as if run alone), ``gradients`` (no gradient
+  crosses documents); ``model_subject``: a user's own model as their subject;
+- the design's checks: ``mask_checks`` (block counts and kept scores against
+  PyTorch), ``closed_form_check``, ``goldens``, and ``verify_checks`` with
+  ``verification`` (``tensorcad verify``); ``positions_probe``: the
+  positions probe of docs/packing.md.
+
+Imports ``building`` (the subject) and nothing of ``training``.
+"""
+
+from __future__ import annotations
+
+from tensorcad.faces import lazy
+
+_LAZY = {
+    # the registry, and what it returns
+    "REGISTRY": ".registry:REGISTRY",
+    "CERTIFY": ".registry:CERTIFY",
+    "VERIFY": ".registry:VERIFY",
+    "GOLDENS": ".registry:GOLDENS",
+    "MODEL_CHECKS": ".registry:MODEL_CHECKS",
+    "FUSED_TOLERANCE": ".registry:FUSED_TOLERANCE",
+    "Progress": ".registry:Progress",
+    "certify": ".registry:certify",
+    "check_names": ".registry:check_names",
+    "run_check": ".registry:run_check",
+    "run_checks": ".registry:run_checks",
+    "Check": ".outcome:Check",
+    "CheckResult": ".outcome:CheckResult",
+    "Skipped": ".outcome:Skipped",
+    "Spec": ".outcome:Spec",
+    "PASSED": ".outcome:PASSED",
+    "FAILED": ".outcome:FAILED",
+    "SKIPPED": ".outcome:SKIPPED",
+    "passed": ".outcome:passed",
+    "failed": ".outcome:failed",
+    "skipped": ".outcome:skipped",
+    # each check, as the registry runs it
+    "tokens_check": ".certificates:tokens_check",
+    "boundaries_check": ".certificates:boundaries_check",
+    "faithful_check": ".certificates:faithful_check",
+    "gradients_check": ".certificates:gradients_check",
+    "block_agreements": ".mask_checks:block_agreements",
+    "block_counts_check": ".mask_checks:block_counts_check",
+    "compared_masks": ".mask_checks:compared_masks",
+    "kept_scores_check": ".mask_checks:kept_scores_check",
+    "forward_check": ".verify_checks:forward_check",
+    "flops_check": ".verify_checks:flops_check",
+    "fused_check": ".verify_checks:fused_check",
+    # the certificates, on any model_fn
+    "check_isolation": ".isolation:check_isolation",
+    "IsolationResult": ".isolation:IsolationResult",
+    "Leak": ".isolation:Leak",
+    "segments": ".isolation:segments",
+    "check_boundaries": ".boundaries:check_boundaries",
+    "BoundaryResult": ".boundaries:BoundaryResult",
+    "check_faithful": ".faithful:check_faithful",
+    "FaithfulResult": ".faithful:FaithfulResult",
+    "default_tolerance": ".faithful:default_tolerance",
+    "check_gradient_isolation": ".gradients:check_gradient_isolation",
+    "GradientResult": ".gradients:GradientResult",
+    "ModelSubject": ".model_subject:ModelSubject",
+    "import_factory": ".model_subject:import_factory",
+    "collated_batch": ".model_subject:collated_batch",
+    "vocab_of_model": ".model_subject:vocab_of_model",
+    # closed forms, goldens, verify, the positions probe
+    "assert_closed_form": ".closed_form_check:assert_closed_form",
+    "closed_form_keys": ".closed_form_check:closed_form_keys",
+    "EXACT_REL": ".closed_form_check:EXACT_REL",
+    "GAMMA_REL": ".closed_form_check:GAMMA_REL",
+    "NotApplicable": ".closed_form_check:NotApplicable",
+    "NoClosedForm": ".closed_form_check:NoClosedForm",
+    "expected_keys_per_query": ".closed_form_check:expected_keys_per_query",
+    "engine_keys_per_query": ".closed_form_check:engine_keys_per_query",
+    "GOLDEN_KINDS": ".goldens:KINDS",
+    "GOLDEN_VERSION": ".goldens:VERSION",
+    "NoGolden": ".goldens:NoGolden",
+    "file_golden": ".goldens:file_golden",
+    "file_name": ".goldens:file_name",
+    "golden_data": ".goldens:golden_data",
+    "golden_dir": ".goldens:golden_dir",
+    "golden_name": ".goldens:golden_name",
+    "golden_path": ".goldens:golden_path",
+    "golden_text": ".goldens:golden_text",
+    "verify": ".verification:verify",
+    "VerifyReport": ".verification:VerifyReport",
+    "probe": ".positions_probe:probe",
+    # what tensorcad.runtime.certification held in 0.12 beside the registry
+    "Subject": "tensorcad.runtime.building:Subject",
+}
+
+__all__ = list(_LAZY)
+__getattr__, __dir__ = lazy(__name__, _LAZY)

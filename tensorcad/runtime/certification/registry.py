@@ -1,0 +1,220 @@
+"""The one registry of checks a design is certified by.
+
+`tensorcad certify`, the pytest plugin's collected items (`pytest --tensorcad`),
+its assertion functions and `tensorcad verify` all run these functions on a
+`Subject` (the model's mask checks are in `mask_checks`, verify's own in
+`verify_checks`); each returns one `Check` (`outcome`) (passed, failed or skipped with the reason,
+and its figures). `REGISTRY` is the one place that says what each check holds
+the design to. `CERTIFY` is the order certify and the collection run them in;
+`VERIFY` adds the checks verify alone runs (forward, flops, fused-equals-eager,
+kept-scores) and leaves out the goldens, which belong to a project's files.
+
+A check that raises ``AssertionError`` has failed; one that raises
+``Skipped`` (or ``NotApplicable``) does not apply, and is reported as a skip,
+never as a pass; one that crashes has failed, with the error's first line.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Iterable
+
+from tensorcad.errors import TensorcadError
+from tensorcad.runtime.building.subject import Subject
+
+from .certificates import MODEL_CHECKS, boundaries_check, faithful_check, gradients_check, tokens_check  # noqa: F401
+from .mask_checks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
+from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
+from .verify_checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
+
+Progress = Callable[[str, int, int], None]  # (check about to run, checks done, checks in all)
+
+
+# -- the checks --------------------------------------------------------------------------
+
+
+def _rules(s: Subject) -> Check:
+    from tensorcad.rules import check
+
+    found = check(s.design, s.op)
+    errors = [d for d in found if d.severity == "error"]
+    figures = {"diagnostics": [d.to_json() for d in found]}
+    if errors:
+        return failed("rules", f"{len(errors)} rule error{'s' if len(errors) != 1 else ''}\n"
+                      + "\n".join(f"{d.rule} {d.path}: {d.message}" for d in errors), figures)
+    if not found:
+        return passed("rules", "no findings", figures)
+    counts = {sev: sum(d.severity == sev for d in found) for sev in ("warn", "note")}
+    named = "; ".join(f"{d.severity} {d.rule} {d.path}: {d.message}" for d in found)
+    return passed("rules", f"no errors ({counts['warn']} warn, {counts['note']} note): {named}", figures)
+
+
+def _needs_packed_documents(s: Subject) -> None:
+    if s.design.input("documents") is None:
+        raise Skipped(f"{s.design.name} has no documents input: no packed documents to check")
+    if s.settings.pack is None:
+        raise Skipped("packing is off (pack=None): one document a row, nothing to isolate")
+
+
+def _isolation(s: Subject, form: str) -> Check:
+    from .isolation import check_isolation
+
+    name = f"isolation[{form}]"
+    _needs_packed_documents(s)
+    model = s.model(form)
+    ids, documents, positions = s.batch
+    try:
+        result = check_isolation(model, ids, documents, positions, vocab=s.vocab,
+                                 sample=s.settings.sample, seed=s.settings.seed)
+    finally:
+        model.form = "flex"
+    if not result.passed:
+        return failed(name, f"documents are not isolated\n{result.message()}", result.to_json())
+    return passed(name, result.message(), result.to_json())
+
+
+def _closed_form(s: Subject) -> Check:
+    from .closed_form_check import assert_closed_form
+
+    got, expected = assert_closed_form(s.design, s.op)  # AssertionError / NotApplicable propagate
+    return passed("closed-form", f"keys per query {got:.6g}, closed form {expected:.6g}",
+                  {"engine": got, "closedForm": expected})
+
+
+def _golden(s: Subject, kind: str) -> Check:
+    from .goldens import NoGolden, golden_data, golden_name
+
+    name = f"golden[{kind}]"
+    if s.golden is None:
+        raise Skipped("no goldens to compare with (pytest --tensorcad compares snapshots/)")
+    try:
+        op = s.op if kind != "codegen" else None  # generated code depends on the design alone
+        s.golden(kind, golden_name(s.design, op), golden_data(kind, s.design, op))
+    except NoGolden as none:
+        raise Skipped(str(none)) from None
+    return passed(name, f"{kind} matches its golden")
+
+
+def _export(s: Subject) -> Check:
+    from tensorcad.runtime.building.export import export_form
+
+    model = s.model("flex").module
+    try:
+        eager = export_form(model, s.inputs, "eager")
+        flex = export_form(model, s.inputs, "flex")
+    finally:
+        model.form = "flex"
+    figures = {"eager": eager.to_json(), "flex": flex.to_json(),
+               "exported": [r.form for r in (eager, flex) if r.exported]}
+    if not eager.exported:
+        return failed("export", f"the eager form did not export: {eager.error}", figures)
+    if not eager.matches:
+        return failed("export", f"the exported eager program differs by {eager.largest_difference:.3g}", figures)
+    if flex.exported and not flex.matches:
+        return failed("export", f"the exported flex program differs by {flex.largest_difference:.3g}", figures)
+    flex_note = (f"flex exported too ({flex.ops} ops)" if flex.exported else f"flex did not: {flex.error}")
+    return passed("export", f"eager exported ({eager.ops} ops) and runs to the same logits; {flex_note}", figures)
+
+
+REGISTRY: dict[str, Spec] = {spec.name: spec for spec in (
+    Spec("forward", "the flex form runs on the batch to finite logits shaped (B, T, V)", forward_check),
+    Spec("flops", "FlopCounterMode over the eager form: linear layers exactly 2 × params.matmul × B × T, "
+                  "attention exactly the dense scores the eager form computes", flops_check),
+    Spec("rules", "no rule finds an error at the operating point (warnings and notes are named)", _rules),
+    Spec("isolation[eager]", "changing one packed document's tokens moves no other document's "
+                             "outputs, bitwise, in the eager form", lambda s: _isolation(s, "eager"),
+         "isolation"),
+    Spec("isolation[flex]", "the same in the flex form (FlexAttention)", lambda s: _isolation(s, "flex"),
+         "isolation"),
+    Spec("fused-equals-eager", f"the flex form's logits within {FUSED_TOLERANCE:g} of the eager form's", fused_check),
+    Spec("closed-form", "the engine's keys per query equals the closed form (exact, or 1% for gamma "
+                        "lengths), and an unpacked mask's every score counted at a small length", _closed_form,
+         "closed_form"),
+    Spec("block-counts", "for every distinct mask the model runs, create_block_mask's full and partial "
+                         "blocks equal the engine's, row by row, over the engine's rows", block_counts_check,
+         "block_counts"),
+    Spec("kept-scores", "for every distinct mask, every score counted one by one equals the engine's "
+                        "exact count, and the analysis's sampled figure within its stated error", kept_scores_check),
+    Spec("golden[analysis]", "the analysis equals its golden under snapshots/",
+         lambda s: _golden(s, "analysis"), "golden"),
+    Spec("golden[rules]", "the rules' findings equal their golden", lambda s: _golden(s, "rules"), "golden"),
+    Spec("golden[codegen]", "the generated source equals its golden", lambda s: _golden(s, "codegen"), "golden"),
+    Spec("export", "torch.export of both forms runs to the model's own logits (the eager form must export)",
+         _export),
+    # The certificates of any packed model (a user's own, collected from tensorcad_models, or a design's).
+    Spec("isolation", "changing one packed document's tokens moves no other document's outputs, bitwise",
+         tokens_check, "isolation"),
+    Spec("isolation[boundaries]", "a document made one token shorter or longer moves nothing of the next "
+                                  "document, at its own positions, beyond rounding", boundaries_check, "isolation"),
+    Spec("faithful", "each packed document's outputs equal the same document run alone, beyond rounding",
+         faithful_check),
+    Spec("isolation[gradients]", "in train mode the loss on one document has exactly zero gradient on every "
+                                 "other document's input embeddings", gradients_check, "isolation"),
+)}
+
+CERTIFY = ("rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",
+           "golden[analysis]", "golden[rules]", "golden[codegen]", "export")
+VERIFY = ("forward", "flops", "export", "rules", "isolation[eager]", "isolation[flex]",
+          "fused-equals-eager", "closed-form", "block-counts", "kept-scores")
+GOLDENS = tuple(n for n in CERTIFY if n.startswith("golden["))
+
+
+def run_check(subject: Subject, name: str) -> Check:
+    """One check, timed; a failure, a skip or a crash becomes its outcome."""
+    from .closed_form_check import NotApplicable
+
+    spec = REGISTRY[name]
+    start = time.perf_counter()
+    try:
+        check = spec.run(subject)
+    except Skipped as skip:
+        check = skipped(name, str(skip))
+    except NotApplicable as none:
+        check = skipped(name, str(none))
+    except AssertionError as failure:
+        check = failed(name, str(failure))
+    except TensorcadError:
+        raise  # bad input (a seq the model cannot hold): one line, not a table of failures
+    except Exception as error:  # noqa: BLE001 - a check that crashes has failed
+        from tensorcad.runtime.building.export import first_line
+
+        check = failed(name, first_line(error))
+    return Check(check.name, check.status, check.message, check.figures, time.perf_counter() - start)
+
+
+def check_names(names: Iterable[str] | None, default: tuple[str, ...], path: str = "checks") -> tuple[str, ...]:
+    """``names`` in registry terms (``default`` when None); an unknown one is a TensorcadError."""
+    if names is None:
+        return default
+    names = tuple(names)
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise TensorcadError(path, f"unknown check {unknown[0]!r} (checks: {', '.join(REGISTRY)})")
+    return names
+
+
+def run_checks(subject: Subject, names: Iterable[str], progress: Progress | None = None) -> tuple[Check, ...]:
+    """The named checks on ``subject``, in order, each reported to ``progress`` before it runs."""
+    import warnings
+
+    names = tuple(names)
+    results = []
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+        for done, name in enumerate(names):
+            if progress is not None:
+                progress(name, done, len(names))
+            results.append(run_check(subject, name))
+        if progress is not None:
+            progress("done", len(names), len(names))
+    return tuple(results)
+
+
+def certify(design: Any, settings: Any = None, *, only: Iterable[str] | None = None, golden: Any = None,
+            progress: Progress | None = None) -> tuple[Check, ...]:
+    """Certify one design: the CERTIFY checks (or ``only``), at ``settings`` (the one set of defaults)."""
+    from tensorcad.runtime.building.settings import Settings
+
+    names = check_names(only, CERTIFY, "only")
+    subject = Subject(design, settings if settings is not None else Settings(), golden=golden)
+    return run_checks(subject, names, progress)

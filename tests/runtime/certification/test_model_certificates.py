@@ -1,0 +1,68 @@
+"""The certificates in the registry, on generated models: an isolated design holds all four, a leaking one none."""
+
+from __future__ import annotations
+
+import pytest
+
+import tensorcad
+
+pytest.importorskip("torch")
+
+from tensorcad.runtime.certification.registry import MODEL_CHECKS, REGISTRY, run_check  # noqa: E402
+from tensorcad.runtime.building.settings import Settings  # noqa: E402
+from tensorcad.runtime.building.subject import Subject  # noqa: E402
+
+
+def design(mask: str | None, documents: bool = True):
+    """A two-layer design small enough that scaling leaves it as it is (about 80k parameters)."""
+    attention = {"heads": 4, "head_dim": 16, "causal": True, "rope": {"theta": 10000}}
+    if mask is not None:
+        attention["mask"] = mask
+    inputs = {"ids": {"role": "tokens"}, **({"documents": {"role": "documents"}} if documents else {})}
+    return tensorcad.load({
+        "name": "tiny", "context": 256, "inputs": inputs,
+        "nodes": [
+            {"id": "embed", "kind": "embedding", "in": {"x": "ids"}, "params": {"vocab": 64, "dim": 64}},
+            {"id": "layers", "kind": "stack", "in": {"x": "embed", **({"doc": "documents"} if documents else {})},
+             "params": {"repeat": 2, "block": {"kind": "transformer_block", "params": {
+                 "dim": 64, "norm": "rmsnorm", "mlp": {"hidden": 128, "activation": "swiglu"},
+                 "attention": attention}}}},
+            {"id": "norm", "kind": "rmsnorm", "in": {"x": "layers"}},
+            {"id": "head", "kind": "linear", "in": {"x": "norm"}, "params": {"out": 64}},
+        ],
+        "output": "head",
+    })
+
+
+SETTINGS = Settings(seq=96, pack=16.0, sample=4)
+
+
+def test_the_certificates_are_registered_with_their_markers():
+    assert MODEL_CHECKS == ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]")
+    assert [REGISTRY[n].category for n in MODEL_CHECKS] == ["isolation", "isolation", None, "isolation"]
+
+
+def test_an_isolated_generated_model_holds_all_four():
+    subject = Subject(design("doc(b, q) == doc(b, kv)"), SETTINGS)
+    checks = {name: run_check(subject, name) for name in MODEL_CHECKS}
+    assert all(c.passed for c in checks.values()), {n: c.message for n, c in checks.items()}
+    assert checks["faithful"].figures["largest"] <= 1e-5
+    assert checks["isolation[boundaries]"].figures["moves"] == 4
+    assert "the eager form: FlexAttention has no backward on CPU" in checks["isolation[gradients]"].message
+    assert subject.model().form == "flex"  # the gradient check switched forms and back
+
+
+def test_a_leaking_generated_model_fails_all_four_but_boundaries():
+    subject = Subject(design("doc(b, q) >= doc(b, kv)"), SETTINGS)
+    checks = {name: run_check(subject, name) for name in MODEL_CHECKS}
+    assert not checks["isolation"].passed and not checks["faithful"].passed
+    assert not checks["isolation[gradients]"].passed
+    assert checks["isolation[gradients]"].figures["worst"]["leakedDocument"] < checks[
+        "isolation[gradients]"].figures["worst"]["document"]  # doc(q) >= doc(kv): later documents see earlier
+
+
+def test_a_design_without_documents_skips():
+    subject = Subject(design(None, documents=False), SETTINGS)
+    for name in MODEL_CHECKS:
+        check = run_check(subject, name)
+        assert check.skipped and "no documents input" in check.message
