@@ -6,6 +6,7 @@ from harness import assert_closed_form, assert_block_counts_agree, hf_causal_lm
 assert_isolated(model_fn, ids, documents, positions=None)   # tokens and boundaries moved: nothing else moves
 assert_faithful(model_fn, ids, documents, positions)        # each document as if run alone
 assert_gradients_isolated(model_fn, ids, documents, positions)  # no gradient crosses documents
+assert_step_faithful(model, batch, reduction="token", accumulation="num_items_in_batch")  # the training step
 assert_closed_form(design, op, rel=0.02)
 assert_block_counts_agree(design, op, rows=64)
 assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model, packed position_ids
@@ -26,6 +27,12 @@ _LAZY = {
     "assert_faithful": "harness.assertions",
     "assert_gradients_isolated": "harness.assertions",
     "CertificateError": "harness.assertions",
+    "assert_step_faithful": "harness.step",
+    "assert_step_labels": "harness.step",
+    "assert_step_loss": "harness.step",
+    "assert_step_gradients": "harness.step",
+    "assert_step_accumulation": "harness.step",
+    "assert_eval_parity": "harness.step",
     "assert_closed_form": "harness.assertions",
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",

@@ -57,6 +57,8 @@ MARKERS = {
     ),
     "isolation": "tensorcad category: packed documents never see each other (what gates CI)",
     "faithful": "tensorcad category: each packed document computed as if it ran alone",
+    "step": "tensorcad category: the training step (labels, loss, gradients, accumulation, eval) as on the "
+            "documents alone",
     "closed_form": "tensorcad category: the engine's keys per query against a closed form",
     "block_counts": "tensorcad category: the engine's block counts against create_block_mask",
     "golden": "tensorcad category: analysis, rules and generated code against goldens under snapshots/",
@@ -119,7 +121,7 @@ def add_options(parser) -> None:
                     help="check collected models in this process (faster; a crash ends the session)")
     parser.addini(INI_MODELS, type="linelist", default=[],
                   help="model factories 'pkg.module:factory' to collect as isolation, isolation[boundaries], "
-                       "faithful and isolation[gradients] items")
+                       "faithful, isolation[gradients] and step[...] items")
     parser.addini(INI_COLLATOR, type="string", default="",
                   help="a collator factory 'pkg.module:factory': collected models are checked on the batch it packs")
 

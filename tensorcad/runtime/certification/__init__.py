@@ -9,6 +9,14 @@
   it), ``boundaries`` (a boundary moved moves nothing after it),
   ``faithful`` (each document as if run alone), ``gradients`` (no gradient
   crosses documents); ``model_subject``: a user's own model as their subject;
+- the training step's certificates (``step_certificates``: ``certify_step``
+  on a model and a batch dict, and the registry's ``step[...]`` checks):
+  ``step_labels`` (no label crosses a boundary), ``step_loss`` (the loss is
+  the documents' own under the declared ``reductions``), ``step_gradients``,
+  ``accumulation``, ``eval_parity``, over ``step_batch`` (a batch dict read:
+  documents, labels, their shift) and ``training_step`` (how the loop makes
+  its loss, how a document runs alone); ``next_token``: the generated
+  models' training loss;
 - the design's checks: ``mask_checks`` (block counts and kept scores against
   PyTorch), ``closed_form_check``, ``goldens``, and ``verify_checks`` with
   ``verification`` (``tensorcad verify``); ``positions_probe``: the
@@ -72,6 +80,37 @@ _LAZY = {
     "import_factory": ".model_subject:import_factory",
     "collated_batch": ".model_subject:collated_batch",
     "vocab_of_model": ".model_subject:vocab_of_model",
+    # the training step, on any model and a batch dict
+    "STEP_CHECKS": ".certificates:STEP_CHECKS",
+    "certify_step": ".step_certificates:certify_step",
+    "StepReport": ".step_certificates:StepReport",
+    "STEP_HEADLINES": ".step_certificates:HEADLINES",
+    "step_check": ".step_certificates:step_check",
+    "collator_labels": ".step_certificates:collator_labels",
+    "read_batch": ".step_batch:read_batch",
+    "split_batch": ".step_batch:split_batch",
+    "StepBatch": ".step_batch:StepBatch",
+    "IGNORE_INDEX": ".step_batch:IGNORE_INDEX",
+    "SHIFTS": ".step_batch:SHIFTS",
+    "step_of": ".training_step:step_of",
+    "TrainingStep": ".training_step:TrainingStep",
+    "token_cross_entropy": ".training_step:token_cross_entropy",
+    "REDUCTIONS": ".reductions:REDUCTIONS",
+    "reduce": ".reductions:reduce",
+    "weights": ".reductions:weights",
+    "check_labels": ".step_labels:check_labels",
+    "LabelsResult": ".step_labels:LabelsResult",
+    "check_loss": ".step_loss:check_loss",
+    "LossResult": ".step_loss:LossResult",
+    "check_step_gradients": ".step_gradients:check_step_gradients",
+    "StepGradientResult": ".step_gradients:StepGradientResult",
+    "check_accumulation": ".accumulation:check_accumulation",
+    "AccumulationResult": ".accumulation:AccumulationResult",
+    "ACCUMULATIONS": ".accumulation:ACCUMULATIONS",
+    "check_eval_parity": ".eval_parity:check_eval_parity",
+    "next_token_labels": ".next_token:next_token_labels",
+    "next_token_loss": ".next_token:next_token_loss",
+    "NEXT_TOKEN_REDUCTION": ".next_token:REDUCTION",
     # closed forms, goldens, verify, the positions probe
     "assert_closed_form": ".closed_form_check:assert_closed_form",
     "closed_form_keys": ".closed_form_check:closed_form_keys",

@@ -13,8 +13,10 @@ from typing import Any
 
 from .outcome import Check, Skipped, failed, passed
 
+# The training step's certificates (`step_certificates`), marked ``step``.
+STEP_CHECKS = ("step[labels]", "step[loss]", "step[gradients]", "step[accumulation]", "eval[parity]")
 # What a user's model becomes under pytest: these items, in this order.
-MODEL_CHECKS = ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]")
+MODEL_CHECKS = ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]", *STEP_CHECKS)
 
 
 def _packed(s: Any) -> tuple[Any, Any, Any]:

@@ -10,7 +10,8 @@ The batch is drawn by `tensorcad.packing.draw` at the settings' seq, pack and
 spread (ids uniform over the model's vocabulary, seeded), or is the user's, or
 comes from the user's collator: each row's documents handed to it as examples
 ``{"input_ids": [...]}`` (Hugging Face's collator convention), and the
-documents read back from the ``position_ids`` it returns.
+documents read back from the ``position_ids`` it returns (and its ``labels``,
+which the training step's certificates audit).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from tensorcad.errors import TensorcadError
 from tensorcad.runtime.building.settings import Settings
@@ -56,18 +57,22 @@ def vocab_of_model(model_fn: Any) -> int | None:
     return None
 
 
+def _collated_rows(collator: Callable[..., Any], batch: tuple[Any, Any, Any]) -> list[Any]:
+    """What ``collator`` returns for each row's documents, handed to it as examples."""
+    from .isolation import segments
+
+    ids, documents, _ = batch
+    pieces = segments(documents)
+    return [collator([{"input_ids": ids[row, first:end].tolist()} for r, _, first, end in pieces if r == row])
+            for row in range(ids.shape[0])]
+
+
 def collated_batch(collator: Callable[..., Any], batch: tuple[Any, Any, Any]) -> tuple[Any, Any, Any]:
     """The batch's documents handed to ``collator`` row by row as examples; what it packs, read back."""
     import torch
 
-    from .isolation import segments
-
-    ids, documents, _ = batch
     rows_ids, rows_pos = [], []
-    pieces = segments(documents)
-    for row in range(ids.shape[0]):
-        examples = [{"input_ids": ids[row, first:end].tolist()} for r, _, first, end in pieces if r == row]
-        out = collator(examples)
+    for out in _collated_rows(collator, batch):
         try:
             row_ids, row_pos = out["input_ids"], out["position_ids"]
         except (KeyError, TypeError):
@@ -81,6 +86,16 @@ def collated_batch(collator: Callable[..., Any], batch: tuple[Any, Any, Any]) ->
     # A document begins wherever the position restarts at 0 (the collator's own convention).
     documents = torch.cumsum((positions == 0).long(), dim=1) - 1
     return ids, documents.clamp(min=0), positions
+
+
+def collated_labels(collator: Callable[..., Any], batch: tuple[Any, Any, Any]) -> Any:
+    """The labels ``collator`` writes for the batch's rows (B, T), or None where it writes none."""
+    import torch
+
+    outs = _collated_rows(collator, batch)
+    if not all(isinstance(out, Mapping) and "labels" in out for out in outs):
+        return None
+    return torch.stack([torch.as_tensor(out["labels"]).reshape(-1) for out in outs]).long()
 
 
 @dataclass
@@ -116,3 +131,10 @@ class ModelSubject:
             return tuple(self.given_batch)
         drawn = drawn_batch(self.settings, self.vocab)
         return collated_batch(self.collator, drawn) if self.collator is not None else drawn
+
+    @functools.cached_property
+    def labels(self) -> Any:
+        """The labels the user's collator writes for the batch; None without one (or where it writes none)."""
+        if self.collator is None or self.given_batch is not None:
+            return None
+        return collated_labels(self.collator, drawn_batch(self.settings, self.vocab))

@@ -22,7 +22,14 @@ from typing import Any, Callable, Iterable
 from tensorcad.errors import TensorcadError
 from tensorcad.runtime.building.subject import Subject
 
-from .certificates import MODEL_CHECKS, boundaries_check, faithful_check, gradients_check, tokens_check  # noqa: F401
+from .certificates import (  # noqa: F401
+    MODEL_CHECKS,
+    STEP_CHECKS,
+    boundaries_check,
+    faithful_check,
+    gradients_check,
+    tokens_check,
+)
 from .mask_checks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
 from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
 from .verify_checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
@@ -116,6 +123,15 @@ def _export(s: Subject) -> Check:
     return passed("export", f"eager exported ({eager.ops} ops) and runs to the same logits; {flex_note}", figures)
 
 
+def _step(name: str) -> Callable[[Any], Check]:
+    def run(s: Any) -> Check:
+        from .step_certificates import step_check  # torch, on first use
+
+        return step_check(name, s)
+
+    return run
+
+
 REGISTRY: dict[str, Spec] = {spec.name: spec for spec in (
     Spec("forward", "the flex form runs on the batch to finite logits shaped (B, T, V)", forward_check),
     Spec("flops", "FlopCounterMode over the eager form: linear layers exactly 2 × params.matmul × B × T, "
@@ -150,10 +166,23 @@ REGISTRY: dict[str, Spec] = {spec.name: spec for spec in (
          faithful_check),
     Spec("isolation[gradients]", "in train mode the loss on one document has exactly zero gradient on every "
                                  "other document's input embeddings", gradients_check, "isolation"),
+    # The training step (a design's generated model under its own training loss; a user's model under its
+    # own loss, on labels as its collator writes them): step_certificates.
+    Spec("step[labels]", "every supervised target is predicted from a position of its own document, in the "
+                         "labels' shift convention (no label crosses a boundary)", _step("step[labels]"), "step"),
+    Spec("step[loss]", "the packed step's loss equals its documents run alone, a mean over every target "
+                       "(token), beyond rounding", _step("step[loss]"), "step"),
+    Spec("step[gradients]", "every parameter's gradient from the packed step equals that of its documents run "
+                            "alone under the token mean, beyond rounding", _step("step[gradients]"), "step"),
+    Spec("step[accumulation]", "the batch as 2 micro-batches, each loss over the batch's targets "
+                               "(num_items_in_batch), accumulates the gradient of its documents alone",
+         _step("step[accumulation]"), "step"),
+    Spec("eval[parity]", "the packed loss in eval mode equals the documents evaluated unpacked (one a padded "
+                         "row) under the token mean, beyond rounding", _step("eval[parity]"), "step"),
 )}
 
 CERTIFY = ("rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",
-           "golden[analysis]", "golden[rules]", "golden[codegen]", "export")
+           "golden[analysis]", "golden[rules]", "golden[codegen]", "export", *STEP_CHECKS)
 VERIFY = ("forward", "flops", "export", "rules", "isolation[eager]", "isolation[flex]",
           "fused-equals-eager", "closed-form", "block-counts", "kept-scores")
 GOLDENS = tuple(n for n in CERTIFY if n.startswith("golden["))

@@ -18,6 +18,8 @@ _LAZY = {
     "smoke_train": ".smoke:smoke_train",
     "train_steps": ".smoke:train_steps",
     "sort_batch": ".smoke:sort_batch",
+    "sort_labels": ".smoke:sort_labels",
+    "LOSS_REDUCTION": ".smoke:LOSS_REDUCTION",
     "SortBatch": ".smoke:SortBatch",
     "TrainResult": ".smoke:TrainResult",
     "PROBLEM": ".smoke:PROBLEM",

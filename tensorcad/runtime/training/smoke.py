@@ -20,16 +20,19 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from tensorcad.design import Design, load
 from tensorcad.errors import TensorcadError, check_integer
+from tensorcad.runtime.certification import NEXT_TOKEN_REDUCTION, next_token_labels, next_token_loss
 
 PROBLEM = 8  # digits to sort in each problem
 ROWS = 16  # rows a step
 MAX_SEQ = 128  # tokens a row (fewer when the design's context is shorter)
 LEARNING_RATE = 3e-3
 WARMUP = 20
+# The loss's reduction, declared (docs/harness.md, "Certify the training step"): a mean over
+# every scored target of the step; tests/runtime/training/test_smoke_train.py holds the step to it.
+LOSS_REDUCTION = NEXT_TOKEN_REDUCTION
 
 
 @dataclass(frozen=True)
@@ -128,11 +131,14 @@ def _feed(batch: SortBatch, documents: bool, positions: bool) -> dict[str, torch
     return inputs
 
 
+def sort_labels(batch: SortBatch) -> torch.Tensor:
+    """(B, T), already shifted: at each scored position the next (sorted) token, -100 elsewhere."""
+    return next_token_labels(batch.ids, batch.documents, batch.scored)
+
+
 def _loss(model, batch: SortBatch, documents: bool, positions: bool) -> torch.Tensor:
     logits = model(**_feed(batch, documents, positions))  # (B, T, V)
-    targets = batch.ids[:, 1:]
-    scored = batch.scored[:, :-1]
-    return F.cross_entropy(logits[:, :-1][scored], targets[scored])
+    return next_token_loss(logits, sort_labels(batch))
 
 
 def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_000, seed: int = 0,

@@ -151,7 +151,7 @@ def test_each_check_says_what_it_holds_the_design_to():
     assert set(GOLDENS) <= set(CERTIFY) and not set(GOLDENS) & set(VERIFY)
     assert all(len(spec.holds) > 20 for spec in REGISTRY.values())
     categories = {spec.category for spec in REGISTRY.values()} - {None}
-    assert categories == {"isolation", "closed_form", "block_counts", "golden"}
+    assert categories == {"isolation", "closed_form", "block_counts", "golden", "step"}
 
 
 def test_rules_names_each_warning_it_passes_with():

@@ -38,8 +38,9 @@ SETTINGS = Settings(seq=96, pack=16.0, sample=4)
 
 
 def test_the_certificates_are_registered_with_their_markers():
-    assert MODEL_CHECKS == ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]")
-    assert [REGISTRY[n].category for n in MODEL_CHECKS] == ["isolation", "isolation", None, "isolation"]
+    assert MODEL_CHECKS == ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]",
+                            "step[labels]", "step[loss]", "step[gradients]", "step[accumulation]", "eval[parity]")
+    assert [REGISTRY[n].category for n in MODEL_CHECKS] == ["isolation", "isolation", None, "isolation"] + ["step"] * 5
 
 
 def test_an_isolated_generated_model_holds_all_four():

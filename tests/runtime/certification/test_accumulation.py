@@ -1,0 +1,98 @@
+"""Gradient accumulation over micro-batches, held to the whole batch's documents alone, computed in the test."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from step_models import TinyLM, alone_token_losses, batch_of, by_hand  # noqa: E402
+
+from tensorcad.errors import TensorcadError  # noqa: E402
+from tensorcad.runtime.certification.accumulation import check_accumulation  # noqa: E402
+from tensorcad.runtime.certification.step_batch import read_batch, split_batch  # noqa: E402
+from tensorcad.runtime.certification.training_step import step_of  # noqa: E402
+
+# Two micro-batches as a loop gets them: 7 targets in the first, 36 in the second.
+FIRST, SECOND = [[3, 6]], [[12, 10, 8, 9, 2]]
+
+
+def mean_loss(model, batch, num_items=None):
+    logits = model(batch["input_ids"], batch["documents"], batch["position_ids"])
+    targets = batch["labels"][:, 1:]
+    kept = targets != -100
+    per = F.cross_entropy(logits[:, :-1][kept], targets[kept], reduction="sum")
+    return per / (int(kept.sum()) if num_items is None else num_items)
+
+
+def gradient(model, loss):
+    return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(model.parameters()))])
+
+
+def test_micro_batches_each_averaged_on_its_own_fail_with_the_relative_gap():
+    model = TinyLM()
+    micro = [batch_of(FIRST, seed=1), batch_of(SECOND, seed=2)]
+    # by hand: the loop's sum of (each micro-batch's mean / 2), and the whole batch's token mean of its documents
+    accumulated = sum(gradient(model, mean_loss(model, b) / 2) for b in micro)
+    losses = alone_token_losses(model, micro[0]) + [(r + 1, t) for r, t in alone_token_losses(model, micro[1])]
+    reference = gradient(model, by_hand("token", losses))
+    gap = float((accumulated - reference).norm() / reference.norm())
+    assert gap > 1e-2  # the verdict
+    result = check_accumulation(step_of(model), [read_batch(b) for b in micro], accumulation="mean")
+    assert not result.passed and result.targets == (7, 36)
+    assert result.comparison.total_gap == pytest.approx(gap, rel=1e-3)
+    message = result.message()
+    assert message.startswith(f"2 micro-batches accumulated (each micro-batch's loss its own mean, over 2) give a "
+                              f"gradient {gap:.3g} of its norm away")
+    assert ("the micro-batches hold 7 and 36 targets: averaged each on its own and divided by 2, a target weighs "
+            "1/14 and 1/72, where the batch's token mean weighs each 1/43; pass num_items_in_batch=43") in message
+    assert result.to_json()["gap"] == pytest.approx(gap, rel=1e-3)
+
+
+def test_num_items_in_batch_gives_the_whole_batchs_gradient():
+    model = TinyLM()
+    micro = [batch_of(FIRST, seed=1), batch_of(SECOND, seed=2)]
+    accumulated = sum(gradient(model, mean_loss(model, b, num_items=43)) for b in micro)
+    losses = alone_token_losses(model, micro[0]) + [(r + 1, t) for r, t in alone_token_losses(model, micro[1])]
+    reference = gradient(model, by_hand("token", losses))
+    assert float((accumulated - reference).norm() / reference.norm()) < 1e-5  # the verdict
+    result = check_accumulation(step_of(model), [read_batch(b) for b in micro])
+    assert result.passed, result.message()
+    assert "over the batch's 43 targets (num_items_in_batch)" in result.message()
+    assert "hold 7 and 36 targets" in result.message()
+
+    def share(micro_batch, micro_batches):  # the loop's own: each mean weighted by its share of the targets
+        count = lambda b: int((b["labels"][:, 1:] != -100).sum())  # noqa: E731
+        return count(micro_batch) / sum(count(b) for b in micro_batches)
+
+    weighted = check_accumulation(step_of(model), [read_batch(b) for b in micro], accumulation=share)
+    assert weighted.passed and "weighted by share" in weighted.message()
+    # the same micro-batches under a per-document mean: each micro-batch's token mean is not that
+    assert not check_accumulation(step_of(model), [read_batch(b) for b in micro], "document").passed
+
+
+def test_equal_micro_batches_averaged_each_pass_and_say_no_more():
+    model = TinyLM()
+    read = read_batch(batch_of([[5, 5], [4, 6]]))  # 8 targets a row
+    result = check_accumulation(step_of(model), split_batch(read, 2), accumulation="mean")
+    assert result.passed and result.targets == (8, 8)
+
+
+def test_a_loss_that_takes_no_count_and_too_few_micro_batches_are_refused():
+    model = TinyLM()
+    micro = [read_batch(batch_of(FIRST, seed=1)), read_batch(batch_of(SECOND, seed=2))]
+
+    def plain(logits, labels):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
+
+    with pytest.raises(TensorcadError, match="num_items_in_batch=, which it does not take") as caught:
+        check_accumulation(step_of(model, plain), micro)
+    assert caught.value.path == "loss"
+    assert not check_accumulation(step_of(model, plain), micro, accumulation="mean").passed
+    with pytest.raises(TensorcadError, match="at least 2 micro-batches, got 1"):
+        check_accumulation(step_of(model), micro[:1])
+    with pytest.raises(TensorcadError, match="unknown accumulation 'sum'"):
+        check_accumulation(step_of(model), micro, accumulation="sum")
+    with pytest.raises(TensorcadError, match="a name or a callable"):
+        check_accumulation(step_of(model), micro, accumulation=2)

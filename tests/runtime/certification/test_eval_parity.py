@@ -1,0 +1,86 @@
+"""Eval parity: the packed eval loss against the documents evaluated one a padded row, computed in the test."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from step_models import TinyLM, batch_of, spans  # noqa: E402
+
+from tensorcad.runtime.certification.eval_parity import check_eval_parity, unpacked_losses  # noqa: E402
+from tensorcad.runtime.certification.step_batch import read_batch  # noqa: E402
+from tensorcad.runtime.certification.step_loss import check_loss  # noqa: E402
+from tensorcad.runtime.certification.training_step import step_of  # noqa: E402
+
+LENGTHS = [[3, 9, 2, 6], [14, 6]]
+
+
+def padded_by_hand(model, batch):
+    """Every document a row of its own, right-padded with 0s, the padding a document apart: each target's loss."""
+    pieces = spans(batch["documents"])
+    longest = max(end - first for _, first, end in pieces)
+    ids = torch.zeros(len(pieces), longest, dtype=torch.long)
+    documents = torch.ones(len(pieces), longest, dtype=torch.long)
+    positions = torch.zeros(len(pieces), longest, dtype=torch.long)
+    for i, (r, first, end) in enumerate(pieces):
+        n = end - first
+        ids[i, :n], documents[i, :n] = batch["input_ids"][r, first:end], 0
+        positions[i, :n], positions[i, n:] = torch.arange(n), torch.arange(longest - n)
+    logits = model(ids, documents, positions)
+    out = []
+    for i, (r, first, end) in enumerate(pieces):
+        targets = batch["labels"][r, first + 1:end]
+        kept = targets != -100
+        out.append(F.cross_entropy(logits[i, :end - first - 1][kept], targets[kept], reduction="none"))
+    return out
+
+
+def test_the_packed_eval_loss_is_the_unpacked_one():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+    model.eval()
+    with torch.no_grad():
+        tokens = padded_by_hand(model, batch)
+        got = unpacked_losses(step_of(model), read_batch(batch))
+    assert len(got.tokens) == 6 and got.rows == (0, 0, 0, 0, 1, 1) and got.counts == (2, 8, 1, 5, 13, 5)
+    for mine, theirs in zip(got.tokens, tokens):
+        assert torch.allclose(mine, theirs, atol=1e-6)
+    model.train()  # eval parity runs in eval mode, and leaves the model as it was
+    result = check_eval_parity(step_of(model), read_batch(batch))
+    assert result.passed, result.message()
+    assert model.training
+    assert result.reference == pytest.approx(float(torch.cat(tokens).mean()), abs=1e-6)
+    assert result.message().startswith(f"the packed eval loss {result.packed:.6g} equals the documents evaluated "
+                                       "unpacked (one a padded row) under `token`")
+
+
+def test_a_model_that_leaks_only_in_eval_mode_fails_eval_parity_and_not_the_loss():
+    model, batch = TinyLM(leak_in_eval=True), batch_of(LENGTHS)
+    read = read_batch(batch)
+    assert check_loss(step_of(model), read).passed  # train mode keeps documents apart
+    result = check_eval_parity(step_of(model), read)
+    assert not result.passed and "nor under any named reduction" in result.message()
+    assert result.message().startswith("the packed eval loss")
+
+
+def test_the_padding_is_the_models_pad_token():
+    class Config:
+        pad_token_id = 5
+
+    model = TinyLM()
+    model.config = Config()
+    seen = []
+    original = TinyLM.forward
+
+    def spy(self, ids, documents, positions=None):
+        seen.append(ids)
+        return original(self, ids, documents, positions)
+
+    model.forward = spy.__get__(model)
+    check_eval_parity(step_of(model), read_batch(batch_of([[3, 5]])))
+    padded = seen[-1]
+    assert padded.shape == (2, 5) and padded[0, 3:].tolist() == [5, 5]
+    Config.pad_token_id = None
+    check_eval_parity(step_of(model), read_batch(batch_of([[3, 5]])))
+    assert seen[-1][0, 3:].tolist() == [0, 0]

@@ -1,0 +1,94 @@
+"""The step's gradients, held to torch.autograd.grad of each document run alone and reduced in the test."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.nn.functional as F  # noqa: E402
+
+from step_models import MixedBackward, TinyLM, alone_token_losses, batch_of, by_hand, row_mean_loss  # noqa: E402
+
+from tensorcad.runtime.certification.step_batch import read_batch  # noqa: E402
+from tensorcad.runtime.certification.step_gradients import check_step_gradients, compare_gradients  # noqa: E402
+from tensorcad.runtime.certification.step_loss import check_loss  # noqa: E402
+from tensorcad.runtime.certification.training_step import step_of  # noqa: E402
+
+LENGTHS = [[3, 9, 2, 6], [14, 6]]
+
+
+def grads(model, loss):
+    return torch.autograd.grad(loss, list(model.parameters()))
+
+
+def norm(gs):
+    return float(torch.cat([g.reshape(-1) for g in gs]).norm())
+
+
+def test_the_packed_gradient_is_the_documents_alone():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+    reference = grads(model, by_hand("token", alone_token_losses(model, batch)))
+    result = check_step_gradients(step_of(model), read_batch(batch))
+    assert result.passed, result.message()
+    c = result.comparison
+    assert c.reference_norm == pytest.approx(norm(reference), rel=1e-6)
+    assert c.packed_norm == pytest.approx(norm(reference), rel=1e-5)
+    assert [g.name for g in c.gaps] == [n for n, _ in model.named_parameters()]
+    assert c.worst().gap < 1e-5 and c.tolerance == 1e-3
+    assert result.message().startswith("gradients equal the documents' alone under `token`: 6 parameters")
+    assert result.to_json()["worst"]["name"] == c.worst().name
+
+
+def test_a_wrong_reduction_moves_the_gradient_and_the_worst_parameter_is_named():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+    logits = model(batch["input_ids"], batch["documents"], batch["position_ids"])
+    packed = grads(model, row_mean_loss(logits, batch["labels"]))
+    reference = grads(model, by_hand("token", alone_token_losses(model, batch)))
+    names = [n for n, _ in model.named_parameters()]
+    gaps = {n: float((p - r).norm() / r.norm()) for n, p, r in zip(names, packed, reference)}
+    worst = max(gaps, key=gaps.get)
+    assert gaps[worst] > 1e-2  # the verdict, by hand
+    result = check_step_gradients(step_of(model, row_mean_loss), read_batch(batch))
+    assert not result.passed and result.comparison.worst().name == worst
+    assert result.comparison.worst().gap == pytest.approx(gaps[worst], rel=1e-3)
+    total = float(torch.cat([(p - r).reshape(-1) for p, r in zip(packed, reference)]).norm()) / norm(reference)
+    assert result.comparison.total_gap == pytest.approx(total, rel=1e-3)
+    message = result.message()
+    assert message.startswith(f"the packed step's gradient is not the documents' alone under `token`: {worst} differs by")
+    assert f"gradient norm {norm(packed):.6g} packed, {norm(reference):.6g} alone" in message
+    assert check_step_gradients(step_of(model, row_mean_loss), read_batch(batch), "sequence").passed
+
+
+def test_a_backward_that_mixes_documents_fails_the_gradients_though_the_loss_holds():
+    model, batch = MixedBackward(), batch_of(LENGTHS)
+    read = read_batch(batch)
+    assert check_loss(step_of(model), read).passed  # the forward is exact
+    result = check_step_gradients(step_of(model), read)
+    assert not result.passed and result.comparison.total_gap > 1e-2
+
+
+def test_gaps_are_relative_with_a_floor_and_nan_is_infinite():
+    p = [torch.nn.Parameter(torch.zeros(2)) for _ in range(4)]
+    reference = [torch.tensor([3.0, 4.0]), torch.tensor([0.0, 0.0]), None, torch.tensor([1e-9, 0.0])]
+    packed = [torch.tensor([3.0, 4.5]), torch.tensor([1e-3, 0.0]), None, torch.tensor([float("nan"), 0.0])]
+    c = compare_gradients(["a", "b", "c", "d"], packed, reference, p, 0.2)
+    gap = {g.name: g.gap for g in c.gaps}
+    assert gap["a"] == pytest.approx(0.5 / 5)
+    assert gap["b"] == pytest.approx(1e-3 / (5 * 1e-3))  # floored at a thousandth of the largest norm (5)
+    assert gap["c"] == 0.0 and gap["d"] == float("inf")
+    assert [g.name for g in c.beyond] == ["b", "d"] and not c.passed
+    assert c.reference_norm == pytest.approx(5.0) and c.to_json()["beyond"] == 2
+    assert compare_gradients(["a"], [torch.tensor([3.0, 4.0])], [reference[0]], p[:1], 0.1).passed
+
+
+def test_a_declared_document_mean_held_to_its_own_loss():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+
+    def document_mean(logits, labels):  # each document's mean, then their mean: the boundaries known
+        means = []
+        for r, first, end in [(0, 0, 3), (0, 3, 12), (0, 12, 14), (0, 14, 20), (1, 0, 14), (1, 14, 20)]:
+            means.append(F.cross_entropy(logits[r, first:end - 1], labels[r, first + 1:end]))
+        return torch.stack(means).mean()
+
+    assert check_step_gradients(step_of(model, document_mean), read_batch(batch), "document").passed
+    assert not check_step_gradients(step_of(model, document_mean), read_batch(batch), "token").passed

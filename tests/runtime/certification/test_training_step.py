@@ -1,0 +1,94 @@
+"""The training step as the certificates run it: its parameters, its modes and forms, and what it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from step_models import TinyLM, batch_of  # noqa: E402
+
+from tensorcad.errors import TensorcadError  # noqa: E402
+from tensorcad.runtime.certification.step_batch import read_batch  # noqa: E402
+from tensorcad.runtime.certification.training_step import loss_tolerance, step_of, token_cross_entropy  # noqa: E402
+
+
+class WithForm(TinyLM):
+    """A model with a generated model's form switch."""
+
+    form = "flex"
+
+
+def test_the_parameters_are_found_behind_a_model_fn_and_its_alone():
+    model, other = TinyLM(), TinyLM(seed=1)
+    model_fn = lambda ids, documents, positions: model(ids, documents, positions)  # noqa: E731
+    alone = lambda ids, documents, positions: other(ids, documents, positions)  # noqa: E731
+    named = step_of(model_fn, alone=alone).named_parameters()
+    assert [n for n, _ in named] == [n for n, _ in model.named_parameters()] * 2
+    assert {id(p) for _, p in named} == {id(p) for p in [*model.parameters(), *other.parameters()]}
+    model.head.bias.requires_grad_(False)  # a frozen parameter is not trained, so not compared
+    assert "head.bias" not in [n for n, _ in step_of(model).named_parameters()]
+    with pytest.raises(TensorcadError, match="no trainable parameters") as caught:
+        step_of(lambda ids, documents, positions: ids).named_parameters()
+    assert caught.value.path == "model"
+
+
+def test_modes_and_forms_are_put_back():
+    model = WithForm().eval()
+    step = step_of(model)
+    with step.mode(train=True) as note:
+        assert model.training and model.form == "eager"
+        assert note == "the eager form: FlexAttention has no backward on CPU"
+    assert not model.training and model.form == "flex"
+    model.form = "eager"
+    with step.mode(train=False) as note:
+        assert note == "" and not model.training
+    with pytest.raises(RuntimeError), step.mode(train=True):
+        raise RuntimeError  # put back on the way out of a failure too
+    assert not model.training
+
+
+def test_a_model_that_drops_out_is_refused_naming_the_module():
+    model = TinyLM()
+    model.drop = nn.Dropout(0.1)
+    with pytest.raises(TensorcadError, match=r"drop drops out 0\.1 of its inputs in train mode") as caught, \
+            step_of(model).mode(train=True):
+        pass
+    assert caught.value.path == "model" and model.training
+    model.drop.p = 0.0
+    with step_of(model).mode(train=True):
+        pass
+
+    class Config:
+        attention_dropout = 0.2
+
+    model.config = Config()
+    with pytest.raises(TensorcadError, match=r"config\.attention_dropout is 0\.2"), step_of(model).mode(train=True):
+        pass
+    with step_of(model).mode(train=False):  # eval mode drops nothing
+        pass
+
+
+def test_the_default_loss_and_the_tolerance():
+    logits = torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor([[1, -100, 4], [0, 2, -100]])
+    kept = targets != -100
+    want = torch.nn.functional.cross_entropy(logits[kept], targets[kept], reduction="none")
+    assert float(token_cross_entropy(logits, targets)) == pytest.approx(float(want.mean()))
+    assert float(token_cross_entropy(logits, targets, 10)) == pytest.approx(float(want.sum() / 10))
+    assert loss_tolerance(torch.float32, -4.0) == pytest.approx(1e-5 * 5)
+    assert loss_tolerance(torch.bfloat16, 2.0) == pytest.approx(3e-2 * 3)
+    assert loss_tolerance(torch.float32, 4.0, atol=0.0, rtol=1e-3) == pytest.approx(4e-3)
+    assert loss_tolerance(torch.int8, 1.0) == pytest.approx(2e-5)  # a dtype without an entry: float32's
+
+
+def test_how_the_step_says_it_makes_its_loss():
+    def mine(logits, labels):
+        return logits.sum()
+
+    assert step_of(TinyLM()).describe() == "next-token cross-entropy, a mean over supervised tokens"
+    assert step_of(TinyLM(), mine).describe() == "the loss mine"
+    assert not step_of(TinyLM()).own_loss and not step_of(TinyLM()).hf
+    read = read_batch(batch_of([[3, 4]]))
+    assert step_of(TinyLM(), mine).packed_loss(read).shape == ()
