@@ -3,7 +3,8 @@
 An evaluation loop packs, or does not, on a switch of its own (axolotl's
 "very high eval loss" came with eval packing on against off), and it runs in
 eval mode, with no gradient, where a model may take other paths. Here the
-packed batch's loss is computed in eval mode, as the loop computes it, and the
+packed batch's loss is computed in eval mode, as the loop computes it (its value
+and what it trains, `step_loss`), and the
 same documents are evaluated unpacked, the way a loop without packing runs
 them: one document a row, right-padded, the padding masked (a Hugging Face
 model's ``attention_mask``; a model_fn's padding a document of its own). Each
@@ -18,8 +19,8 @@ import torch.nn.functional as F
 
 from .reductions import Reduction, name_of
 from .step_batch import IGNORE_INDEX, StepBatch
-from .step_loss import LossResult, compared
-from .training_step import DocumentLosses, TrainingStep
+from .step_loss import LossResult, compared, measured
+from .training_step import DocumentLosses, TrainingStep, targets_at
 
 
 def _pad_id(step: TrainingStep) -> int:
@@ -38,21 +39,23 @@ def unpacked_losses(step: TrainingStep, batch: StepBatch) -> DocumentLosses:
         real[i, :end - first] = True
     logits = step.padded_logits(ids, real)
     targets = batch.targets
-    tokens = []
+    tokens, where = [], []
     for i, (row, _, first, end) in enumerate(pieces):
         mine = targets[row, first:end - 1]
         kept = mine != IGNORE_INDEX
         tokens.append(F.cross_entropy(logits[i, :end - first - 1][kept].float(), mine[kept], reduction="none"))
-    return DocumentLosses(tuple(tokens), tuple(p[0] for p in pieces), tuple(pieces))
+        where.append((row, targets_at(first, kept)))
+    return DocumentLosses(tuple(tokens), tuple(p[0] for p in pieces), tuple(pieces), tuple(where))
 
 
 def check_eval_parity(step: TrainingStep, batch: StepBatch, reduction: Reduction = "token", *,
                       atol: float | None = None, rtol: float | None = None) -> LossResult:
     """The packed eval loss (eval mode, no gradient) against the documents evaluated unpacked."""
     name_of(reduction)
-    with step.mode(train=False) as note, torch.no_grad():
-        packed = float(step.packed_loss(batch))
-        losses = unpacked_losses(step, batch)
+    with step.mode(train=False) as note:
+        packed, trained = measured(step, batch)
+        with torch.no_grad():
+            losses = unpacked_losses(step, batch)
     dtype = step.named_parameters()[0][1].dtype
-    return compared(packed, losses, reduction, dtype, atol=atol, rtol=rtol, note=note,
+    return compared(packed, trained, losses, batch, reduction, dtype, atol=atol, rtol=rtol, note=note,
                     what="the packed eval loss", against="the documents evaluated unpacked (one a padded row)")

@@ -109,18 +109,24 @@ class TrainingStep:
             return self.model(**self._hf_inputs(batch, labels=False)).logits
         return _outputs(self.model(batch.ids, batch.documents, batch.positions))
 
-    def packed_loss(self, batch: StepBatch, num_items_in_batch: int | None = None) -> torch.Tensor:
-        """The loss of the packed batch, as the loop computes it (``num_items_in_batch``: the Trainer's count)."""
+    def loss_and_logits(self, batch: StepBatch, num_items_in_batch: int | None = None) -> tuple[torch.Tensor, Any]:
+        """The packed batch's loss as the loop computes it, and the logits it was computed from.
+
+        ``num_items_in_batch``: the Trainer's count of the whole batch's targets, passed on.
+        """
         extra = {} if num_items_in_batch is None else {"num_items_in_batch": torch.tensor(num_items_in_batch)}
         if self.own_loss:
             out = self.model(**self._hf_inputs(batch, labels=True), **extra)
             if getattr(out, "loss", None) is None:
                 raise TensorcadError("loss", f"{type(self.model).__name__} returned no loss for the batch's labels")
-            return out.loss
+            return out.loss, getattr(out, "logits", None)
         logits = self.logits(batch)
         if self.loss is not None:
-            return self.loss(logits, batch.labels, **extra)
-        return token_cross_entropy(logits, batch.targets, extra.get("num_items_in_batch"))
+            return self.loss(logits, batch.labels, **extra), logits
+        return token_cross_entropy(logits, batch.targets, extra.get("num_items_in_batch")), logits
+
+    def packed_loss(self, batch: StepBatch, num_items_in_batch: int | None = None) -> torch.Tensor:
+        return self.loss_and_logits(batch, num_items_in_batch)[0]
 
     def alone_logits(self, ids: torch.Tensor) -> torch.Tensor:
         """One document's outputs (1, L, V), run by itself."""
@@ -217,6 +223,7 @@ class DocumentLosses:
     tokens: tuple[torch.Tensor, ...]  # each piece's supervised targets' cross-entropies (1D, maybe empty)
     rows: tuple[int, ...]  # the row of each piece, counted over every micro-batch
     pieces: tuple[tuple[int, int, int, int], ...]  # (row over every micro-batch, document, first, end)
+    where: tuple[tuple[int, torch.Tensor], ...]  # (row, the output positions) of each piece's targets
 
     @property
     def counts(self) -> tuple[int, ...]:
@@ -225,7 +232,7 @@ class DocumentLosses:
 
 def document_losses(step: TrainingStep, batches: list[StepBatch]) -> DocumentLosses:
     """Every document of every batch run alone; its targets' cross-entropies (a graph, when grad is on)."""
-    tokens, rows, pieces = [], [], []
+    tokens, rows, pieces, where = [], [], [], []
     offset = 0
     for batch in batches:
         targets = batch.targets
@@ -239,5 +246,11 @@ def document_losses(step: TrainingStep, batches: list[StepBatch]) -> DocumentLos
             tokens.append(F.cross_entropy(logits[0, :end - first - 1][kept].float(), mine[kept], reduction="none"))
             rows.append(offset + row)
             pieces.append((offset + row, document, first, end))
+            where.append((offset + row, targets_at(first, kept)))
         offset += batch.ids.shape[0]
-    return DocumentLosses(tuple(tokens), tuple(rows), tuple(pieces))
+    return DocumentLosses(tuple(tokens), tuple(rows), tuple(pieces), tuple(where))
+
+
+def targets_at(first: int, kept: torch.Tensor) -> torch.Tensor:
+    """The output positions, in the row, of a document's targets (``kept`` over its outputs from ``first``)."""
+    return first + torch.nonzero(kept.cpu()).flatten()

@@ -58,9 +58,10 @@ def test_the_naive_loop_declared_as_document_is_found_to_be_the_sequence_mean():
     assert result.reference == pytest.approx(by_document, abs=1e-6)
     message = result.message()
     assert f"is not the documents run alone under `document` ({by_document:.6g}" in message
-    assert f"it is the `sequence` mean ({by_row:.6g})" in message
-    assert "`sequence` weighs a target of document 0 of row 0 (2 targets) 1/32" in message
-    assert "`document` weighs a target of document 0 of row 0 (2 targets) 1/12" in message  # 1 / (6 x 2)
+    # what the loss trains, read off its gradient: row 0's 16 targets each 1/32, where `document` weighs 1/(6 x 2)
+    assert "it weighs the documents' targets as the `sequence` mean does: a target of document 0 of row 0 (2 " \
+           "targets) weighs 1/32 (`document`: 1/12)" in message
+    assert result.value_passed is False and result.references["sequence"] == pytest.approx(by_row, abs=1e-6)
     assert check_loss(step_of(model, row_mean_loss), read_batch(batch), "sequence").passed
 
 
@@ -71,16 +72,66 @@ def test_a_to_g_and_x_y_in_one_row_weigh_a_ninth_each_not_half_of_a_seventh_and_
     weights = result.to_json()["weights"]
     assert [Fraction(w) for w in weights["sequence"]] == [Fraction(1, 9)] * 2
     assert [Fraction(w) for w in weights["document"]] == [Fraction(1, 2) * Fraction(1, 7), Fraction(1, 2) * Fraction(1, 2)]
-    assert "which on this batch is also the `sequence` mean" in result.message()
-    assert "(7 targets) 1/9" in result.message() and "(7 targets) 1/14" in result.message()
-    assert "(2 targets) 1/4" in result.message()
+    # measured: the weight each target has in the loss, read off its gradient at the logits
+    assert result.to_json()["trained"]["perDocument"] == ["1/9", "1/9"]
+    assert result.weights.per_document == pytest.approx((1 / 9, 1 / 9), rel=1e-6)
+    assert result.message().endswith(
+        "it weighs the documents' targets as the `token` mean does (and, on this batch, the `sequence` mean): a "
+        "target of document 0 of row 0 (7 targets) weighs 1/9 (`document`: 1/14), a target of document 1 of row 0 "
+        "(2 targets) weighs 1/9 (`document`: 1/4)")
 
 
 def test_a_leaking_forward_matches_no_reduction():
     model, batch = TinyLM(leak=True), batch_of(LENGTHS)
     result = check_loss(step_of(model), read_batch(batch))
-    assert not result.passed and result.matched == ()
+    assert not result.passed and result.matched == () and result.weights.passed  # the right targets, weighed right
+    assert result.message().endswith("though it trains the documents' own targets with `token`'s weights: the "
+                                     "packed forward computes them otherwise than the documents run alone")
+
+
+def test_labels_across_a_boundary_and_a_loss_that_does_not_shift_are_named_at_the_position():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+    batch["labels"] = batch["input_ids"].clone()  # a packer that copies the ids: no -100 where a document begins
+    result = check_loss(step_of(model), read_batch(batch))
+    first = result.weights.mistrained[0]
+    assert (first.row, first.position, first.document, first.last) == (0, 2, 0, True)
+    assert first.got == int(batch["input_ids"][0, 3])
+    assert len(result.weights.mistrained) == 4  # one a boundary: 3 in row 0, 1 in row 1
+    assert result.message().endswith(f"the loss trains position 2 of row 0 (document 0, its last) on token "
+                                     f"{first.got}, a target the documents alone do not have: the next document's "
+                                     "first label (3 more positions trained otherwise)")
+
+    def unshifted(logits, labels):  # trains each output on its own token
+        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+    batch = batch_of(LENGTHS)
+    result = check_loss(step_of(model, unshifted), read_batch(batch, shift="inside"))
+    first, wrong = result.weights.mistrained[:2]
+    assert (first.position, first.got) == (0, -100)  # its label is -100: the first document's first token
+    assert (wrong.row, wrong.position) == (0, 1) and wrong.got == int(batch["input_ids"][0, 1])
+    assert wrong.want == int(batch["input_ids"][0, 2])
+    assert "does the loss shift the labels as they are written?" in wrong.message()
+    labels = batch["labels"]  # by hand: output t trained on labels[t], where alone it is trained on labels[t + 1]
+    alone = torch.cat([labels[:, 1:], torch.full((2, 1), -100)], dim=1)
+    alone[batch["documents"] != torch.cat([batch["documents"][:, 1:], torch.full((2, 1), -1)], dim=1)] = -100
+    count = int((labels != alone).sum())
+    assert len(result.weights.mistrained) == count
+    assert result.message().endswith("the loss never trains position 0 of row 0 (document 0), which the documents "
+                                     f"alone train on token {first.want} ({count - 1} more positions trained "
+                                     "otherwise)")
+
+
+def test_a_loss_that_is_not_a_weighted_cross_entropy_is_held_by_its_value():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+
+    def smoothed(logits, labels):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), label_smoothing=0.1)
+
+    result = check_loss(step_of(model, smoothed), read_batch(batch))
+    assert result.weights is None and not result.passed  # the reference is plain cross-entropy
     assert "nor under any named reduction (token" in result.message()
+    exact = check_loss(step_of(model, smoothed), read_batch(batch), atol=1.0, rtol=0.0)
+    assert exact.passed and "not a weighted cross-entropy, so its value alone is compared" in exact.message()
 
 
 def test_a_loss_over_the_rows_length_padding_and_all_fails_while_the_forward_certificates_pass():
@@ -106,10 +157,11 @@ def test_a_loss_over_the_rows_length_padding_and_all_fails_while_the_forward_cer
     with torch.no_grad():
         packed = float(over_the_row(model(*forward), batch["labels"]))
         want = float(by_hand("token", alone_token_losses(model, batch)))
-    assert abs(packed - want) > 0.1 * want  # 29 targets over 38 positions: the verdict, by hand
+    assert abs(packed - want) > 0.1 * want  # 32 targets over 38 positions: the verdict, by hand
     result = check_loss(step_of(model, over_the_row), read)
     assert not result.passed and result.packed == pytest.approx(packed, abs=1e-6)
-    assert "nor under any named reduction" in result.message()
+    assert "it weighs the documents' targets as no named reduction does: a target of document 0 of row 0 (9 " \
+           "targets) weighs 1/38 (`token`: 1/32)" in result.message()
 
 
 def test_a_callable_reduction_and_bad_input():

@@ -1,0 +1,131 @@
+"""The training step of Hugging Face Llama and Qwen2, packed by DataCollatorWithFlattening, their own loss.
+
+Every expected verdict is computed here first: each document run by itself
+through the model (``model(input_ids=document)``), its cross-entropy against
+its own next tokens, the token mean, and ``torch.autograd.grad`` of both.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+import torch.nn.functional as F  # noqa: E402
+
+from hf_setups import LENGTHS, collated, features, tiny_model  # noqa: E402
+
+from harness import (  # noqa: E402
+    CertificateError,
+    assert_step_accumulation,
+    assert_step_faithful,
+    assert_step_labels,
+    assert_step_loss,
+)
+
+FAMILIES = ("llama", "qwen2")
+
+
+def spans(lengths):
+    starts = [sum(lengths[:i]) for i in range(len(lengths))]
+    return [(s, s + n) for s, n in zip(starts, lengths)]
+
+
+def alone_loss(model, ids, lengths):
+    """The token mean of every document run by itself, each trained on its own next tokens."""
+    total, count = 0.0, 0
+    for first, end in spans(lengths):
+        logits = model(input_ids=ids[:, first:end], use_cache=False).logits[0]
+        total = total + F.cross_entropy(logits[:-1], ids[0, first + 1:end], reduction="sum")
+        count += end - first - 1
+    return total / count
+
+
+def packed_loss(model, batch, **extra):
+    inputs = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
+    return model(**inputs, use_cache=False, **extra).loss
+
+
+def flat_gradient(model, loss):
+    return torch.cat([g.reshape(-1) for g in torch.autograd.grad(loss, list(model.parameters()))])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_collators_batch_and_the_models_own_loss_with_num_items_pass_all_five(family):
+    model = tiny_model(family)
+    ids, documents, positions, batch = collated(LENGTHS)
+    model.train()
+    count = int((batch["labels"][:, 1:] != -100).sum())  # as Trainer counts num_items_in_batch
+    packed = packed_loss(model, batch, num_items_in_batch=torch.tensor(count))
+    alone = alone_loss(model, ids, LENGTHS)
+    assert abs(float(packed) - float(alone)) < 1e-5
+    reference = flat_gradient(model, alone)
+    assert float((flat_gradient(model, packed) - reference).norm()) < 1e-4 * float(reference.norm())
+    model.eval()
+    report = assert_step_faithful(model, batch, reduction="token", accumulation="num_items_in_batch")
+    assert set(report.results) == {"step[labels]", "step[loss]", "step[gradients]", "step[accumulation]",
+                                   "eval[parity]"} and report.passed and not report.not_run
+    loss = report.results["step[loss]"]
+    assert loss.packed == pytest.approx(float(packed), abs=1e-5)
+    assert loss.reference == pytest.approx(float(alone), abs=1e-5)
+    assert report.results["step[labels]"].how.startswith("the model's own loss shifts")
+    assert report.results["step[accumulation]"].targets[0] + report.results["step[accumulation]"].targets[1] == count
+    assert not model.training
+
+
+def test_labels_copied_from_the_ids_fail_labels_at_the_first_boundary_and_the_loss():
+    model = tiny_model("llama")
+    ids, documents, positions, batch = collated(LENGTHS)
+    batch = {**batch, "labels": ids.clone()}  # no -100 at the documents' first tokens
+    model.train()
+    with torch.no_grad():
+        packed, alone = float(packed_loss(model, batch)), float(alone_loss(model, ids, LENGTHS))
+    assert abs(packed - alone) > 1e-4  # the verdict: 7 targets from the next document
+    first_end = LENGTHS[0]  # the first boundary, from the lengths the collator was given
+    with pytest.raises(CertificateError) as caught:
+        assert_step_labels(model, batch)
+    crossing = caught.value.report.crossings[0]
+    assert (crossing.row, crossing.document, crossing.position, crossing.label_position) == (0, 0, first_end - 1, first_end)
+    assert len(caught.value.report.crossings) == len(LENGTHS) - 1
+    assert str(caught.value).startswith(f"labels cross documents\nrow 0: the label at position {first_end} ")
+    assert "the collator must write -100 at every document's first label" in str(caught.value)
+    with pytest.raises(CertificateError) as caught:
+        assert_step_loss(model, batch)
+    assert caught.value.report.packed == pytest.approx(packed, abs=1e-5)
+    assert caught.value.report.reference == pytest.approx(alone, abs=1e-5)
+
+
+def test_the_cache_at_its_default_fails_the_loss():
+    model = tiny_model("llama")
+    ids, documents, positions, batch = collated(LENGTHS)
+    with torch.no_grad():
+        model.train()
+        leaked = float(model(input_ids=ids, labels=batch["labels"], position_ids=positions).loss)
+        alone = float(alone_loss(model, ids, LENGTHS))
+    assert abs(leaked - alone) > 1e-4  # with a cache transformers reads no packing: documents see each other
+    with pytest.raises(CertificateError, match="own targets with `token`'s weights: the packed forward computes them "
+                                               "otherwise than the documents run alone"):
+        assert_step_loss(model, {**batch, "use_cache": True})
+
+
+def test_micro_batches_collated_apart_and_each_averaged_fail_and_num_items_in_batch_passes():
+    model = tiny_model("qwen2")
+    examples = features(LENGTHS)
+    collator = transformers.DataCollatorWithFlattening()
+    micro = [collator(examples[:2]), collator(examples[2:])]  # 47 and 105 targets
+    counts = [int((b["labels"][:, 1:] != -100).sum()) for b in micro]
+    assert counts == [47, 105]
+    model.train()
+    mean = sum(flat_gradient(model, packed_loss(model, b) / 2) for b in micro)
+    ids = torch.cat([b["input_ids"] for b in micro], dim=1)
+    reference = flat_gradient(model, alone_loss(model, ids, LENGTHS))
+    gap = float((mean - reference).norm() / reference.norm())
+    assert gap > 1e-2  # the verdict
+    model.eval()
+    with pytest.raises(CertificateError) as caught:
+        assert_step_accumulation(model, micro, accumulation="mean")
+    assert caught.value.report.comparison.total_gap == pytest.approx(gap, rel=1e-3)
+    assert f"give a gradient {gap:.3g} of its norm away" in str(caught.value)
+    assert "a target weighs 1/94 and 1/210, where the batch's token mean weighs each 1/152" in str(caught.value)
+    result = assert_step_accumulation(model, micro)  # num_items_in_batch, the Trainer's way
+    assert result.targets == (47, 105) and result.passed
