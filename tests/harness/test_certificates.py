@@ -210,7 +210,11 @@ def test_gpt2_with_a_block_diagonal_mask_and_positions_through_the_row(hf_batch)
     subject = ModelSubject(model_fn, Settings(sample=6), given_batch=hf_batch, alone=alone_function(model_fn, model_fn))
     status = {name: run_check(subject, name).status for name in MODEL_CHECKS}
     assert status == {"isolation": "passed", "isolation[boundaries]": "failed", "faithful": "failed",
-                      "isolation[gradients]": "passed"}
+                      "isolation[gradients]": "passed", "step[labels]": "passed",  # the batch's labels: no model run
+                      # GPT-2 drops out 0.1 in train mode: the packed and lone runs would draw different masks
+                      "step[loss]": "skipped", "step[gradients]": "skipped", "step[accumulation]": "skipped",
+                      "eval[parity]": "failed"}  # eval mode drops nothing: the positions through the row show
+    assert "drops out 0.1 of its inputs in train mode" in run_check(subject, "step[loss]").message
 
 
 def test_mistral_adapted_with_its_window_is_faithful(hf_batch):

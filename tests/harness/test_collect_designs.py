@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+STEP = ["step[labels]", "step[loss]", "step[gradients]", "step[accumulation]", "eval[parity]"]
 CHECKS = ["rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",
-          "golden[analysis]", "golden[rules]", "golden[codegen]", "export"]
+          "golden[analysis]", "golden[rules]", "golden[codegen]", "export", *STEP]
 
 
 def test_each_design_becomes_its_checks(project):
@@ -24,7 +25,7 @@ def test_dash_m_isolation_selects_only_isolation_items(project):
 
 def test_categories_are_markers(project):
     for marker, checks in (("closed_form", ["closed-form"]), ("block_counts", ["block-counts"]),
-                           ("golden", ["golden[analysis]", "golden[rules]", "golden[codegen]"])):
+                           ("golden", ["golden[analysis]", "golden[rules]", "golden[codegen]"]), ("step", STEP)):
         result = project.runpytest("--tensorcad", "designs/tiny-documents.json", "--collect-only", "-q",
                                    "-m", marker)
         assert [line.split("::")[1] for line in result.outlines if "::" in line] == checks
@@ -43,7 +44,7 @@ def test_two_designs_certify(project, golden_file):
     # Goldens are written once, then every check passes (or skips where it does not apply).
     project.runpytest("--tensorcad", "designs", "-m", "golden", "--snapshot-update").assert_outcomes(passed=6)
     result = project.runpytest("--tensorcad", "designs", "-rs")
-    result.assert_outcomes(passed=16, skipped=2)  # tiny-plain's causal mask has block counts too
+    result.assert_outcomes(passed=21, skipped=7)  # tiny-plain's causal mask has block counts too; no step
     assert golden_file(project.path, "analysis", "tiny-documents").is_file()
     assert (project.path / "snapshots" / "codegen" / "tiny-plain.py").is_file()
 

@@ -79,7 +79,7 @@ def test_certify_past_its_time_stops_with_one_line_naming_the_budget(monkeypatch
 
     result = asyncio.run(session())
     assert result.is_error and "\n" not in result.content[0].text
-    assert "certify: stopped before rules after 0 of 6 checks: past its 0 s budget" in result.content[0].text
+    assert "certify: stopped before rules after 0 of 11 checks: past its 0 s budget" in result.content[0].text
 
 
 from tensorcad.design import preset_names  # noqa: E402

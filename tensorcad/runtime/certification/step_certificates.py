@@ -149,7 +149,20 @@ def subject_step(s: Any) -> tuple[TrainingStep, dict[str, Any], str | None]:
 
 
 def step_check(name: str, s: Any) -> Check:
-    """The registry's check ``name`` (one of STEP_CHECKS) on a subject."""
+    """The registry's check ``name`` (one of STEP_CHECKS) on a subject.
+
+    A model the step cannot be compared on (it drops out in train mode, it has
+    nothing to train) skips, saying why.
+    """
+    try:
+        return _step_check(name, s)
+    except TensorcadError as error:
+        if error.path != "model":
+            raise
+        raise Skipped(error.message) from None
+
+
+def _step_check(name: str, s: Any) -> Check:
     step, batch, shift = subject_step(s)
     read = read_batch(batch, shift=shift, loss_shifts=step.own_loss)
     if name == "step[labels]":
