@@ -129,3 +129,59 @@ def test_micro_batches_collated_apart_and_each_averaged_fail_and_num_items_in_ba
     assert "a target weighs 1/94 and 1/210, where the batch's token mean weighs each 1/152" in str(caught.value)
     result = assert_step_accumulation(model, micro)  # num_items_in_batch, the Trainer's way
     assert result.targets == (47, 105) and result.passed
+
+
+def test_a_hugging_face_model_behind_the_adapter_keeps_its_own_loss():
+    from tensorcad.hf import hf_causal_lm
+    from tensorcad.runtime.building.settings import Settings
+    from tensorcad.runtime.certification.model_subject import ModelSubject
+    from tensorcad.runtime.certification.step_certificates import subject_step
+
+    config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    hf = transformers.LlamaForCausalLM(config)
+    ids, documents, positions, _ = collated(LENGTHS)
+    step, batch, shift = subject_step(ModelSubject(hf_causal_lm(hf), Settings(), given_batch=(ids, documents,
+                                                                                             positions)))
+    assert step.model is hf and step.own_loss and shift is None  # the collected item calls it as a Trainer does
+    assert int((batch["labels"] == -100).sum()) == len(LENGTHS)  # the collator's -100s
+
+
+def test_a_small_llama_its_own_loss_alone_and_padded():
+    from tensorcad.errors import TensorcadError
+    from tensorcad.runtime.certification.eval_parity import check_eval_parity
+    from tensorcad.runtime.certification.step_batch import read_batch
+    from tensorcad.runtime.certification.step_loss import check_loss
+    from tensorcad.runtime.certification.training_step import step_of
+
+    config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                      num_attention_heads=2, num_key_value_heads=1)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    lengths = (5, 9, 3)
+    batch = transformers.DataCollatorWithFlattening(return_seq_idx=True)(
+        [{"input_ids": list(range(k, k + n))} for k, n in zip((1, 8, 20), lengths)])
+    step = step_of(model)
+    assert step.hf and step.own_loss
+    assert not step_of(model, lambda logits, labels: logits.sum()).own_loss
+    read = read_batch({**batch, "documents": batch["seq_idx"].long()}, loss_shifts=True)
+    inputs = step._hf_inputs(read, labels=False)
+    assert "documents" not in inputs and "labels" not in inputs and inputs["use_cache"] is False
+    assert step._hf_inputs(read, labels=True)["labels"] is read.inputs["labels"]
+    assert read_batch({**batch, "use_cache": True}).inputs["use_cache"] is True  # the batch's own, kept
+    with torch.no_grad():
+        loss, logits = step.loss_and_logits(read)
+        alone = [step.alone_logits(read.ids[:, s:e]) for s, e in spans(lengths)]
+        count = int((batch["labels"][:, 1:] != -100).sum())
+        summed, _ = step.loss_and_logits(read, count)
+        padded = step.padded_logits(torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([[1, 1, 1], [1, 1, 0]]).bool())
+    assert logits.shape == (1, 17, 32) and float(summed) == pytest.approx(float(loss), rel=1e-6)
+    assert float((logits[0, 5:14] - alone[1][0]).abs().max()) < 1e-5  # the second document, packed and alone
+    assert padded.shape == (2, 3, 32)
+    assert float((padded[1, :2] - model(input_ids=torch.tensor([[4, 5]])).logits[0]).abs().max()) < 1e-5
+    assert check_loss(step, read).passed and check_eval_parity(step, read).passed
+    bare = transformers.LlamaModel(config)  # no head: no loss
+    with pytest.raises(TensorcadError, match="returned no loss") as caught:
+        step_of(bare).loss_and_logits(read)
+    assert caught.value.path == "loss"

@@ -66,7 +66,7 @@ class StepReport:
                 "notRun": dict(self.not_run)}
 
 
-def micro_batches_of(step: TrainingStep, batch: Any, parts: int, shift: str | None) -> list[StepBatch]:
+def _micro_batches(step: TrainingStep, batch: Any, parts: int, shift: str | None) -> list[StepBatch]:
     """The user's own micro-batches (a list of batch dicts), or ``batch`` split into ``parts``."""
     if isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
         return [read_batch(b, shift=shift, loss_shifts=step.own_loss) for b in batch]
@@ -109,7 +109,7 @@ def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, An
                 not_run[name] = "accumulation=None: the loop takes one batch a step"
                 continue
             accumulation_name(accumulation)
-            batches = micro_batches_of(step, batch, micro_batches, shift)
+            batches = _micro_batches(step, batch, micro_batches, shift)
             results[name] = check_accumulation(step, batches, reduction, accumulation, rtol=rtol)
         else:
             results[name] = check_eval_parity(step, read, reduction, atol=atol, rtol=rtol)
@@ -152,32 +152,16 @@ def step_check(name: str, s: Any) -> Check:
     """The registry's check ``name`` (one of STEP_CHECKS) on a subject.
 
     A model the step cannot be compared on (it drops out in train mode, it has
-    nothing to train) skips, saying why.
+    nothing to train) skips, saying why; so does a batch too small to accumulate.
     """
-    try:
-        return _step_check(name, s)
-    except TensorcadError as error:
-        if error.path != "model":
-            raise
-        raise Skipped(error.message) from None
-
-
-def _step_check(name: str, s: Any) -> Check:
     step, batch, shift = subject_step(s)
-    read = read_batch(batch, shift=shift, loss_shifts=step.own_loss)
-    if name == "step[labels]":
-        result = check_labels(read)
-    elif name == "step[loss]":
-        result = check_loss(step, read)
-    elif name == "step[gradients]":
-        result = check_step_gradients(step, read)
-    elif name == "step[accumulation]":
-        try:
-            parts = split_batch(read, 2)
-        except TensorcadError as error:
+    try:
+        report = certify_step(step.model, batch, loss=step.loss, alone=step.alone, shift=shift,
+                              accumulation="num_items_in_batch", only=[name])
+    except TensorcadError as error:
+        if error.path == "micro_batches":
             raise Skipped(f"the batch cannot be accumulated: {error.message}") from None
-        result = check_accumulation(step, parts)
-    else:
-        result = check_eval_parity(step, read)
-    return _verdict(name, result, HEADLINES[name])
-
+        if error.path == "model":
+            raise Skipped(error.message) from None
+        raise
+    return _verdict(name, report.results[name], HEADLINES[name])

@@ -66,12 +66,6 @@ def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, num_items_i
     return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum") / num_items_in_batch
 
 
-def _is_hf(model: Any) -> bool:
-    from tensorcad.hf import is_hf_model
-
-    return is_hf_model(model)
-
-
 @dataclass(frozen=True)
 class TrainingStep:
     """A model and how its loop turns a batch into a loss."""
@@ -82,19 +76,14 @@ class TrainingStep:
 
     @property
     def hf(self) -> bool:
-        return _is_hf(self.model)
+        from tensorcad.hf import is_hf_model
+
+        return is_hf_model(self.model)
 
     @property
     def own_loss(self) -> bool:
         """The Hugging Face model computes the loss itself (it shifts the labels)."""
         return self.loss is None and self.hf
-
-    def describe(self) -> str:
-        if self.own_loss:
-            return f"{type(self.model).__name__}'s own loss"
-        if self.loss is not None:
-            return f"the loss {getattr(self.loss, '__name__', type(self.loss).__name__)}"
-        return "next-token cross-entropy, a mean over supervised tokens"
 
     def _hf_inputs(self, batch: StepBatch, labels: bool) -> dict[str, Any]:
         inputs = {k: v for k, v in batch.inputs.items() if k != "documents"}

@@ -1,0 +1,107 @@
+"""The training step certified as a whole (`certify_step`) and as the registry's checks on a subject."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from step_models import TinyLM, batch_of, inside_labels  # noqa: E402
+
+from tensorcad.errors import TensorcadError  # noqa: E402
+from tensorcad.runtime.building.settings import Settings  # noqa: E402
+from tensorcad.runtime.certification.model_subject import ModelSubject  # noqa: E402
+from tensorcad.runtime.certification.next_token import REDUCTION, SHIFT, next_token_labels, next_token_loss  # noqa: E402
+from tensorcad.runtime.certification.registry import STEP_CHECKS, run_check  # noqa: E402
+from tensorcad.runtime.certification.step_certificates import (  # noqa: E402
+    HEADLINES,
+    certify_step,
+    collator_labels,
+    subject_step,
+)
+
+LENGTHS = [[3, 9, 2, 6], [14, 6]]
+
+
+def subject(model, lengths=LENGTHS, **kw):
+    batch = batch_of(lengths)
+    return ModelSubject(model, Settings(), given_batch=(batch["input_ids"], batch["documents"],
+                                                         batch["position_ids"]), **kw)
+
+
+def test_the_whole_step_and_some_of_it():
+    report = certify_step(TinyLM(), batch_of(LENGTHS), accumulation="num_items_in_batch")
+    assert list(report.results) == list(STEP_CHECKS) and report.passed and not report.failures
+    assert report.message().splitlines()[0].startswith("step[labels]: labels within documents")
+    assert len(report.message().splitlines()) == 5
+    some = certify_step(TinyLM(), batch_of(LENGTHS), only=["step[loss]", "step[accumulation]"])
+    assert list(some.results) == ["step[loss]"] and list(some.not_run) == ["step[accumulation]"]
+    failing = certify_step(TinyLM(leak=True), batch_of(LENGTHS), only=["step[labels]", "step[loss]"])
+    assert list(failing.failures) == ["step[loss]"]
+    assert failing.message().startswith("step[loss]: the packed loss") and "step[labels]" not in failing.message()
+    assert failing.to_json()["results"]["step[loss]"]["passed"] is False
+    micro = certify_step(TinyLM(), [batch_of([[3, 6]]), batch_of([[12, 10]])], accumulation="mean",
+                         only=["step[accumulation]"])
+    assert micro.results["step[accumulation]"].targets == (7, 20) and not micro.passed
+    assert set(HEADLINES) == set(STEP_CHECKS)
+
+
+def test_the_labels_a_collator_writes():
+    batch = batch_of(LENGTHS)
+    assert torch.equal(collator_labels(batch["input_ids"], batch["documents"]),
+                       inside_labels(batch["input_ids"], batch["documents"]))
+
+
+def test_the_generated_models_training_loss():
+    ids = torch.tensor([[5, 6, 7, 8, 9]])
+    documents = torch.tensor([[0, 0, 0, 1, 1]])
+    assert next_token_labels(ids, documents).tolist() == [[6, 7, -100, 9, -100]]
+    scored = torch.tensor([[False, True, True, True, True]])
+    assert next_token_labels(ids, documents, scored).tolist() == [[-100, 7, -100, 9, -100]]
+    logits = torch.randn(1, 5, 10, generator=torch.Generator().manual_seed(0))
+    labels = next_token_labels(ids, documents)
+    want = torch.nn.functional.cross_entropy(logits[0, [0, 1, 3]], torch.tensor([6, 7, 9]), reduction="none")
+    assert float(next_token_loss(logits, labels)) == pytest.approx(float(want.mean()))
+    assert float(next_token_loss(logits, labels, 6)) == pytest.approx(float(want.sum() / 6))
+    assert (REDUCTION, SHIFT) == ("token", "shifted")
+
+
+def test_a_users_model_is_held_under_its_collators_labels_or_the_flattening_collators():
+    model = TinyLM()
+    s = subject(model)
+    step, batch, shift = subject_step(s)
+    assert step.model is model and step.loss is None and shift is None
+    assert torch.equal(batch["labels"], inside_labels(batch["input_ids"], batch["documents"]))
+    assert all(run_check(s, name).passed for name in STEP_CHECKS)
+
+    class Collated(ModelSubject):
+        labels = None
+
+    copied = Collated(model, Settings(), given_batch=s.given_batch)
+    copied.labels = s.given_batch[0].clone()  # a packer that copies the ids
+    check = run_check(copied, "step[labels]")
+    assert not check.passed and check.message.startswith("labels cross documents\nrow 0: the label at position 3")
+    assert check.figures["crossings"] == 4
+
+
+def test_a_model_that_drops_out_or_a_batch_that_cannot_be_split_skips_saying_why():
+    model = TinyLM()
+    model.drop = nn.Dropout(0.1)
+    check = run_check(subject(model), "step[loss]")
+    assert check.skipped and "drop drops out 0.1 of its inputs" in check.message
+    assert run_check(subject(model), "step[labels]").passed  # the labels need no model run
+    one = run_check(subject(TinyLM(), lengths=[[12]]), "step[accumulation]")
+    assert one.skipped and one.message == ("the batch cannot be accumulated: one row of 1 documents cannot be cut "
+                                           "into 2 micro-batches of whole documents")
+
+
+def test_bad_choices_are_refused():
+    with pytest.raises(TensorcadError, match="unknown step certificate 'step\\[all\\]'"):
+        certify_step(TinyLM(), batch_of(LENGTHS), only=["step[all]"])
+    with pytest.raises(TensorcadError, match="unknown reduction"):
+        certify_step(TinyLM(), batch_of(LENGTHS), reduction="sum")
+    with pytest.raises(TensorcadError, match="unknown accumulation"):
+        certify_step(TinyLM(), batch_of(LENGTHS), accumulation="sum", only=["step[accumulation]"])
+    with pytest.raises(TensorcadError, match="a list of micro-batches is for step\\[accumulation\\] alone"):
+        certify_step(TinyLM(), [batch_of(LENGTHS)])
