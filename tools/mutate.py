@@ -29,6 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
+_STEP, _STEP_TESTS = "tensorcad/runtime/certification/", "tests/runtime/certification/"
+_SMALL_LLAMA = "tests/hf/test_step_hf.py::test_a_small_llama_its_own_loss_alone_and_padded"
+
 # module -> (its source files, its own test files). Fast tests only: mutmut reruns them per mutant.
 MODULES: dict[str, tuple[str, list[str]]] = {
     "closed_form": (["tensorcad/packing/closed_form.py"],
@@ -62,6 +65,22 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     "packing": (["tensorcad/packing/settings.py", "tensorcad/packing/stream.py", "tensorcad/packing/boundaries.py",
                  "tensorcad/packing/drawing.py"],
                 ["tests/packing/test_packing.py", "tests/packing/test_packing_settings.py"]),
+    # the training step's certificates: each against its own tests on the hand-written TinyLM; the Hugging
+    # Face paths by one small Llama (a 1-layer, 16-wide model: a second, not the 10 of test_step_hf's others)
+    **{name: ([f"{_STEP}{source}" for source in sources], [f"{_STEP_TESTS}{t}" for t in tests] + extra)
+       for name, sources, tests, extra in (
+           ("step_batch", ["step_batch.py"], ["test_step_batch.py", "test_step_labels.py"], []),
+           ("step_labels", ["step_labels.py"], ["test_step_labels.py"], []),
+           ("reductions", ["reductions.py"], ["test_reductions.py", "test_step_loss.py"], []),
+           ("training_step", ["training_step.py"], ["test_training_step.py", "test_step_loss.py",
+                                                    "test_step_gradients.py", "test_eval_parity.py"], [_SMALL_LLAMA]),
+           ("step_loss", ["step_loss.py", "loss_weights.py"], ["test_step_loss.py", "test_eval_parity.py"], []),
+           ("step_gradients", ["step_gradients.py"], ["test_step_gradients.py", "test_accumulation.py"], []),
+           ("accumulation", ["accumulation.py"], ["test_accumulation.py"], []),
+           ("eval_parity", ["eval_parity.py"], ["test_eval_parity.py"], []),
+           ("step_certificates", ["step_certificates.py", "next_token.py"], ["test_step_certificates.py"],
+            ["tests/hf/test_step_hf.py::test_a_hugging_face_model_behind_the_adapter_keeps_its_own_loss"]),
+       )},
 }
 
 # What the tests import or read besides the package under mutation.

@@ -82,11 +82,18 @@ class Mistrained:
 
 
 def fraction(weight: float) -> str:
-    """A weight as people write it: 1/9 when it is one to rounding, else its digits."""
+    """A weight as people write it: 1/9 (or 2/9) when it is one to rounding, else its digits.
+
+    The reductions weigh a target 1/m; a numerator under 10 covers their means too, and
+    leaves a value that is no such fraction in digits (any number is p/q for some large q).
+    """
     if weight == 0:
         return "0"
-    near = Fraction(weight).limit_denominator(1_000_000)
-    return str(near) if abs(float(near) - weight) <= 1e-6 * weight else f"{weight:.6g}"
+    for numerator in range(1, 10):
+        denominator = round(numerator / weight)
+        if 0 < denominator <= 10**9 and abs(numerator / denominator - weight) <= 1e-6 * abs(weight):
+            return str(Fraction(numerator, denominator))
+    return f"{weight:.6g}"
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,19 @@ def test_micro_batches_each_averaged_on_its_own_fail_with_the_relative_gap():
                               f"gradient {gap:.3g} of its norm away")
     assert ("the micro-batches hold 7 and 36 targets: averaged each on its own and divided by 2, a target weighs "
             "1/14 and 1/72, where the batch's token mean weighs each 1/43; pass num_items_in_batch=43") in message
-    assert result.to_json()["gap"] == pytest.approx(gap, rel=1e-3)
+    c = result.comparison
+    assert result.to_json() == {
+        "passed": False, "accumulation": "mean", "reduction": "token", "microBatches": 2, "targets": [7, 36],
+        "note": "", "parameters": 6, "beyond": len(c.beyond), "tolerance": 1e-3, "packedNorm": c.packed_norm,
+        "referenceNorm": c.reference_norm, "gap": c.total_gap, "worst": c.worst().to_json(),
+        "message": message}
+    assert message == (f"2 micro-batches accumulated (each micro-batch's loss its own mean, over 2) give a gradient "
+                       f"{c.total_gap:.3g} of its norm away from the whole batch's documents alone under `token` "
+                       f"(relative gap; the largest a parameter's, {c.worst().name}, {c.worst().gap:.3g}; tolerance "
+                       "0.001); the micro-batches hold 7 and 36 targets: averaged each on its own and divided by 2, "
+                       "a target weighs 1/14 and 1/72, where the batch's token mean weighs each 1/43; pass "
+                       "num_items_in_batch=43 to every micro-batch's loss (Trainer does when the model's forward "
+                       "takes it)")
 
 
 def test_num_items_in_batch_gives_the_whole_batchs_gradient():
@@ -59,15 +71,22 @@ def test_num_items_in_batch_gives_the_whole_batchs_gradient():
     assert float((accumulated - reference).norm() / reference.norm()) < 1e-5  # the verdict
     result = check_accumulation(step_of(model), [read_batch(b) for b in micro])
     assert result.passed, result.message()
-    assert "over the batch's 43 targets (num_items_in_batch)" in result.message()
-    assert "hold 7 and 36 targets" in result.message()
+    c = result.comparison
+    assert result.message() == (f"2 micro-batches accumulated (each micro-batch's loss over the batch's 43 targets "
+                                f"(num_items_in_batch)) give the whole batch's gradient of its documents alone under "
+                                f"`token`: relative gap {c.total_gap:.3g}, the largest a parameter's "
+                                f"{c.worst().gap:.3g} (tolerance 0.001); the micro-batches hold 7 and 36 targets")
 
     def share(micro_batch, micro_batches):  # the loop's own: each mean weighted by its share of the targets
         count = lambda b: int((b["labels"][:, 1:] != -100).sum())  # noqa: E731
         return count(micro_batch) / sum(count(b) for b in micro_batches)
 
     weighted = check_accumulation(step_of(model), [read_batch(b) for b in micro], accumulation=share)
-    assert weighted.passed and "weighted by share" in weighted.message()
+    assert weighted.passed and "(each micro-batch's loss weighted by share) give" in weighted.message()
+    halves = check_accumulation(step_of(model), [read_batch(b) for b in micro], accumulation=lambda b, bs: 0.5)
+    assert not halves.passed and halves.comparison.total_gap == pytest.approx(
+        check_accumulation(step_of(model), [read_batch(b) for b in micro], accumulation="mean").comparison.total_gap)
+    assert "1/14 and 1/72" not in halves.message()  # what a callable weighs is not known to be a mean's
     # the same micro-batches under a per-document mean: each micro-batch's token mean is not that
     assert not check_accumulation(step_of(model), [read_batch(b) for b in micro], "document").passed
 
@@ -77,6 +96,11 @@ def test_equal_micro_batches_averaged_each_pass_and_say_no_more():
     read = read_batch(batch_of([[5, 5], [4, 6]]))  # 8 targets a row
     result = check_accumulation(step_of(model), split_batch(read, 2), accumulation="mean")
     assert result.passed and result.targets == (8, 8)
+    mean_rows = lambda logits, labels: torch.stack([F.cross_entropy(logits[r, :-1], labels[r, 1:], ignore_index=-100)  # noqa: E731
+                                                    for r in range(len(labels))]).mean()
+    unequal = check_accumulation(step_of(model, mean_rows), [read_batch(batch_of(FIRST, seed=1)),
+                                                              read_batch(batch_of(SECOND, seed=2))], accumulation="mean")
+    assert not unequal.passed and "averaged each on its own" not in unequal.message()  # a loss of its own
 
 
 def test_a_loss_that_takes_no_count_and_too_few_micro_batches_are_refused():
@@ -86,13 +110,16 @@ def test_a_loss_that_takes_no_count_and_too_few_micro_batches_are_refused():
     def plain(logits, labels):
         return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten())
 
-    with pytest.raises(TensorcadError, match="num_items_in_batch=, which it does not take") as caught:
+    with pytest.raises(TensorcadError) as caught:
         check_accumulation(step_of(model, plain), micro)
-    assert caught.value.path == "loss"
+    assert str(caught.value).startswith("loss: accumulation='num_items_in_batch' calls the loss with "
+                                        "num_items_in_batch=, which it does not take (")
     assert not check_accumulation(step_of(model, plain), micro, accumulation="mean").passed
-    with pytest.raises(TensorcadError, match="at least 2 micro-batches, got 1"):
-        check_accumulation(step_of(model), micro[:1])
-    with pytest.raises(TensorcadError, match="unknown accumulation 'sum'"):
-        check_accumulation(step_of(model), micro, accumulation="sum")
-    with pytest.raises(TensorcadError, match="a name or a callable"):
-        check_accumulation(step_of(model), micro, accumulation=2)
+    for args, says in (((micro[:1],), "micro_batches: accumulation needs at least 2 micro-batches, got 1"),
+                       ((micro, "token", "sum"), "accumulation: unknown accumulation 'sum' (accumulations: "
+                                                 "num_items_in_batch, mean, or a callable weight(micro_batch, "
+                                                 "micro_batches) -> float)"),
+                       ((micro, "token", 2), "accumulation: expected a name or a callable, got int")):
+        with pytest.raises(TensorcadError) as caught:
+            check_accumulation(step_of(model), *args)
+        assert str(caught.value) == says

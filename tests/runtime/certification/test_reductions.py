@@ -65,15 +65,32 @@ def test_the_weights_read_as_a_sentence():
     assert text == ("`document` weighs a target of document 0 of row 0 (7 targets) 1/28, a target of document 1 "
                     "of row 0 (2 targets) 1/8, a target of document 0 of row 1 (3 targets) 1/12, and 1 more")
     assert describe_weights("token", [1, 0], pieces[:2]) == "`token` weighs a target of document 0 of row 0 (1 target) 1"
+    assert describe_weights("token", [2, 2, 2, 2], pieces, shown=1) == (
+        "`token` weighs a target of document 0 of row 0 (2 targets) 1/8, and 3 more")
+
+
+def test_a_row_without_targets_is_no_row_of_the_sequence_mean():
+    assert float(reduce("sequence", [torch.tensor([2.0, 4.0]), torch.tensor([])], [0, 1])) == 3.0
+    assert float(reduce("document", [torch.tensor([]), torch.tensor([2.0, 4.0])], [0, 0])) == 3.0
 
 
 def test_a_bad_reduction_is_refused():
-    with pytest.raises(TensorcadError, match="unknown reduction 'mean'") as caught:
-        reduce("mean", TOKENS, ROWS)
-    assert caught.value.path == "reduction"
-    with pytest.raises(TensorcadError, match="a name or a callable"):
-        name_of(3)
+    for bad, says in (("mean", "reduction: unknown reduction 'mean' (reductions: token, document, sequence, or a "
+                               "callable (tokens, rows) -> loss)"),
+                      (3, "reduction: expected a name or a callable, got int")):
+        with pytest.raises(TensorcadError) as caught:
+            reduce(bad, TOKENS, ROWS)
+        assert str(caught.value) == says
+        with pytest.raises(TensorcadError):
+            weights(bad, [1], [0])
     assert name_of(lambda t, r: 0) == "<lambda>"
-    with pytest.raises(TensorcadError, match="no document holds a target of its own") as caught:
+
+    class Reducer:
+        def __call__(self, tokens, rows):
+            return tokens[0].sum()
+
+    assert name_of(Reducer()) == "Reducer" and float(reduce(Reducer(), TOKENS, ROWS)) == 28
+    with pytest.raises(TensorcadError) as caught:
         reduce("token", [torch.tensor([])], [0])
-    assert caught.value.path == "labels"
+    assert str(caught.value) == ("labels: no document holds a target of its own (every supervised label is "
+                                 "predicted across a boundary)")

@@ -33,17 +33,34 @@ def subject(model, lengths=LENGTHS, **kw):
 def test_the_whole_step_and_some_of_it():
     report = certify_step(TinyLM(), batch_of(LENGTHS), accumulation="num_items_in_batch")
     assert list(report.results) == list(STEP_CHECKS) and report.passed and not report.failures
-    assert report.message().splitlines()[0].startswith("step[labels]: labels within documents")
-    assert len(report.message().splitlines()) == 5
+    assert report.message() == "\n".join(f"{name}: {r.message()}" for name, r in report.results.items())
+    assert report.to_json() == {"passed": True, "results": {n: r.to_json() for n, r in report.results.items()},
+                                "notRun": {}}
+    assert report.results["step[accumulation]"].accumulation == "num_items_in_batch"
+    assert report.results["step[gradients]"].reduction == "token"
     some = certify_step(TinyLM(), batch_of(LENGTHS), only=["step[loss]", "step[accumulation]"])
     assert list(some.results) == ["step[loss]"] and list(some.not_run) == ["step[accumulation]"]
+    assert some.message() == (f"step[loss]: {some.results['step[loss]'].message()}\nstep[accumulation]: not run "
+                              "(accumulation=None: the loop takes one batch a step)")
+    declared = certify_step(TinyLM(), batch_of(LENGTHS, labels="shifted"), shift="shifted", reduction="document",
+                            accumulation="mean", micro_batches=2, atol=1.0, rtol=0.5)
+    assert declared.results["step[labels]"].how == "declared shift='shifted'"
+    loss = declared.results["step[loss]"]
+    assert loss.reduction == "document" and loss.tolerance == pytest.approx(1 + 0.5 * loss.reference)
+    assert declared.results["eval[parity]"].tolerance == pytest.approx(1 + 0.5 * declared.results["eval[parity]"].reference)
+    assert declared.results["step[gradients]"].comparison.tolerance == 0.5
+    assert declared.results["step[accumulation]"].accumulation == "mean"
     failing = certify_step(TinyLM(leak=True), batch_of(LENGTHS), only=["step[labels]", "step[loss]"])
-    assert list(failing.failures) == ["step[loss]"]
-    assert failing.message().startswith("step[loss]: the packed loss") and "step[labels]" not in failing.message()
+    assert list(failing.failures) == ["step[loss]"] and not failing.passed
+    assert failing.message() == f"step[loss]: {failing.results['step[loss]'].message()}"
     assert failing.to_json()["results"]["step[loss]"]["passed"] is False
     micro = certify_step(TinyLM(), [batch_of([[3, 6]]), batch_of([[12, 10]])], accumulation="mean",
                          only=["step[accumulation]"])
     assert micro.results["step[accumulation]"].targets == (7, 20) and not micro.passed
+    three = certify_step(TinyLM(), batch_of([[3, 6, 4, 5]]), accumulation="num_items_in_batch", micro_batches=3,
+                         only=["step[accumulation]"])
+    # one row cut at its documents (starts 0, 3, 9, 13): at 3 (nearest 6, a tie to the earlier) and 13 (nearest 12)
+    assert three.results["step[accumulation]"].targets == (2, 5 + 3, 4)
     assert set(HEADLINES) == set(STEP_CHECKS)
 
 

@@ -34,9 +34,17 @@ def test_the_packed_gradient_is_the_documents_alone():
     assert c.reference_norm == pytest.approx(norm(reference), rel=1e-6)
     assert c.packed_norm == pytest.approx(norm(reference), rel=1e-5)
     assert [g.name for g in c.gaps] == [n for n, _ in model.named_parameters()]
-    assert c.worst().gap < 1e-5 and c.tolerance == 1e-3
-    assert result.message().startswith("gradients equal the documents' alone under `token`: 6 parameters")
-    assert result.to_json()["worst"]["name"] == c.worst().name
+    assert c.worst().gap < 1e-5 and c.tolerance == 1e-3 and c.total_gap < 1e-5 and not c.beyond
+    worst = c.worst()
+    assert result.message() == (f"gradients equal the documents' alone under `token`: 6 parameters, the largest "
+                                f"relative gap {worst.gap:.3g} ({worst.name}; tolerance 0.001); gradient norm "
+                                f"{c.packed_norm:.6g} packed, {c.reference_norm:.6g} alone")
+    assert result.to_json() == {
+        "passed": True, "reduction": "token", "note": "", "parameters": 6, "beyond": 0, "tolerance": 1e-3,
+        "packedNorm": c.packed_norm, "referenceNorm": c.reference_norm, "gap": c.total_gap,
+        "worst": {"name": worst.name, "gap": worst.gap, "packedNorm": worst.packed_norm,
+                  "referenceNorm": worst.reference_norm}, "message": result.message()}
+    assert check_step_gradients(step_of(model), read_batch(batch), rtol=1e-9).comparison.tolerance == 1e-9
 
 
 def test_a_wrong_reduction_moves_the_gradient_and_the_worst_parameter_is_named():
@@ -53,9 +61,13 @@ def test_a_wrong_reduction_moves_the_gradient_and_the_worst_parameter_is_named()
     assert result.comparison.worst().gap == pytest.approx(gaps[worst], rel=1e-3)
     total = float(torch.cat([(p - r).reshape(-1) for p, r in zip(packed, reference)]).norm()) / norm(reference)
     assert result.comparison.total_gap == pytest.approx(total, rel=1e-3)
-    message = result.message()
-    assert message.startswith(f"the packed step's gradient is not the documents' alone under `token`: {worst} differs by")
-    assert f"gradient norm {norm(packed):.6g} packed, {norm(reference):.6g} alone" in message
+    c = result.comparison
+    assert result.message() == (
+        f"the packed step's gradient is not the documents' alone under `token`: {worst} differs by "
+        f"{c.worst().gap:.3g} of its norm (tolerance 0.001), and {len(c.beyond) - 1} more parameters beyond the "
+        f"tolerance; gradient norm {c.packed_norm:.6g} packed, {c.reference_norm:.6g} alone (relative gap "
+        f"{c.total_gap:.3g})")
+    assert c.packed_norm == pytest.approx(norm(packed), rel=1e-5) and len(c.beyond) == 6
     assert check_step_gradients(step_of(model, row_mean_loss), read_batch(batch), "sequence").passed
 
 
@@ -65,6 +77,23 @@ def test_a_backward_that_mixes_documents_fails_the_gradients_though_the_loss_hol
     assert check_loss(step_of(model), read).passed  # the forward is exact
     result = check_step_gradients(step_of(model), read)
     assert not result.passed and result.comparison.total_gap > 1e-2
+
+
+def test_one_parameter_beyond_is_said_alone_and_the_form_is_noted():
+    class WithForm(TinyLM):
+        form = "flex"
+
+    model, batch = WithForm(), batch_of(LENGTHS)
+    result = check_step_gradients(step_of(model), read_batch(batch))
+    assert result.passed and result.note == "the eager form: FlexAttention has no backward on CPU"
+    assert result.message().endswith("alone (the eager form: FlexAttention has no backward on CPU)")
+    from tensorcad.runtime.certification.step_gradients import GradientComparison, ParameterGap, StepGradientResult
+
+    gaps = (ParameterGap("a", 0.5, 1.0, 2.0), ParameterGap("b", 0.0, 1.0, 1.0))
+    one = StepGradientResult(GradientComparison(gaps, 0.1, 3.0, 4.0, 0.25), "document", "a note")
+    assert one.message() == ("the packed step's gradient is not the documents' alone under `document`: a differs by "
+                             "0.5 of its norm (tolerance 0.1); gradient norm 3 packed, 4 alone (relative gap 0.25) "
+                             "(a note)")
 
 
 def test_gaps_are_relative_with_a_floor_and_nan_is_infinite():

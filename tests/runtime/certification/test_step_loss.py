@@ -37,11 +37,19 @@ def test_the_default_loss_is_the_token_mean_of_the_documents_alone():
     assert result.packed == pytest.approx(want_packed, abs=1e-6)
     assert result.references == pytest.approx(want, abs=1e-6)
     assert result.tolerance == pytest.approx(1e-5 * (1 + want["token"]))  # float32: rtol x (1 + |loss|)
-    assert result.gap < 1e-6 and result.matched == ()
-    assert result.message().startswith(f"the packed loss {result.packed:.6g} equals the documents run alone under `token`")
+    assert result.gap < 1e-6 and result.matched == () and result.value_passed and result.weights.passed
+    assert result.message() == (f"the packed loss {result.packed:.6g} equals the documents run alone under `token` "
+                                f"({result.reference:.6g}; gap {result.gap:.3g}, tolerance {result.tolerance:.3g}); "
+                                "it trains the documents' 34 targets, each with `token`'s weight")
     figures = result.to_json()
-    assert figures["targets"] == 34 and figures["documents"] == 6 and figures["weights"]["token"] == ["1/34"] * 6
-    assert figures["weights"]["sequence"] == ["1/32"] * 4 + ["1/36"] * 2
+    assert figures == {
+        "passed": True, "packed": result.packed, "reduction": "token", "reference": result.reference,
+        "references": result.references, "gap": result.gap, "tolerance": result.tolerance, "matched": [],
+        "documents": 6, "targets": 34, "note": "", "trained": result.weights.to_json(),
+        "weights": {"token": ["1/34"] * 6, "document": ["1/12", "1/48", "1/6", "1/30", "1/78", "1/30"],
+                    "sequence": ["1/32"] * 4 + ["1/36"] * 2},
+        "message": result.message()}
+    assert figures["trained"]["perDocument"] == ["1/34"] * 6 and figures["trained"]["mistrained"] == 0
     assert not model.training  # run in train mode, put back in eval mode as it came
 
 
@@ -121,6 +129,22 @@ def test_labels_across_a_boundary_and_a_loss_that_does_not_shift_are_named_at_th
                                      "otherwise)")
 
 
+def test_a_loss_whose_gradient_is_no_cross_entropys_is_matched_by_its_value():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+
+    def row_mean_plus_nothing(logits, labels):  # the value of a row mean, a gradient that is no cross-entropy's
+        return row_mean_loss(logits, labels) + (logits.sum() - logits.sum().detach())
+
+    result = check_loss(step_of(model, row_mean_plus_nothing), read_batch(batch), "document")
+    assert result.weights is None and result.matched == ("sequence",)
+    assert result.message().endswith(
+        f"it is the `sequence` mean ({result.references['sequence']:.6g}): `sequence` weighs a target of document 0 "
+        "of row 0 (2 targets) 1/32, a target of document 1 of row 0 (8 targets) 1/32, a target of document 2 of row "
+        "0 (1 target) 1/32, and 3 more; `document` weighs a target of document 0 of row 0 (2 targets) 1/12, a "
+        "target of document 1 of row 0 (8 targets) 1/48, a target of document 2 of row 0 (1 target) 1/6, and 3 more")
+    assert result.to_json()["trained"] is None
+
+
 def test_a_loss_that_is_not_a_weighted_cross_entropy_is_held_by_its_value():
     model, batch = TinyLM(), batch_of(LENGTHS)
 
@@ -130,8 +154,10 @@ def test_a_loss_that_is_not_a_weighted_cross_entropy_is_held_by_its_value():
     result = check_loss(step_of(model, smoothed), read_batch(batch))
     assert result.weights is None and not result.passed  # the reference is plain cross-entropy
     assert "nor under any named reduction (token" in result.message()
-    exact = check_loss(step_of(model, smoothed), read_batch(batch), atol=1.0, rtol=0.0)
-    assert exact.passed and "not a weighted cross-entropy, so its value alone is compared" in exact.message()
+    loose = check_loss(step_of(model, smoothed), read_batch(batch), atol=1.0, rtol=0.0)
+    assert loose.passed and loose.tolerance == 1.0
+    assert loose.message().endswith("not a weighted cross-entropy, so its value alone is compared, and on this batch "
+                                    "`document`, `sequence` gives the same value")
 
 
 def test_a_loss_over_the_rows_length_padding_and_all_fails_while_the_forward_certificates_pass():
