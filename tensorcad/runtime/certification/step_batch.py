@@ -197,7 +197,8 @@ def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
         elif key == "seq_idx":
             inputs[key] = seq_idx_of(documents.cpu()).to(torch.as_tensor(value).device)
         elif key.startswith(("cu_seq_lens_", "max_length_")):
-            inputs[key] = flash_kwargs_of(documents.cpu())[key]
+            made = flash_kwargs_of(documents.cpu())[key]  # where the batch's own were
+            inputs[key] = made.to(value.device) if isinstance(value, torch.Tensor) else made
         else:
             inputs[key] = value
     cut = lambda t: t[rows, first:end]  # noqa: E731

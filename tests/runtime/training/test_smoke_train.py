@@ -120,12 +120,12 @@ def test_the_smoke_train_step_is_certified_under_its_declared_reduction():
     packed, alone = _by_hand(module, sort)
     grads = [torch.cat([g.reshape(-1) for g in torch.autograd.grad(x, list(module.parameters()))])
              for x in (packed, alone)]
-    assert abs(float(packed) - float(alone)) < 1e-5 and float((grads[0] - grads[1]).norm()) < 1e-4 * float(grads[1].norm())
+    assert abs(packed.item() - alone.item()) < 1e-5 and float((grads[0] - grads[1]).norm()) < 1e-4 * float(grads[1].norm())
     assert smoke.LOSS_REDUCTION == "token"
     report = assert_step_faithful(model, batch, loss=smoke.next_token_loss, reduction=smoke.LOSS_REDUCTION,
                                   shift="shifted", accumulation="num_items_in_batch")
     assert report.passed and len(report.results) == 5
-    assert report.results["step[loss]"].packed == pytest.approx(float(packed), abs=1e-6)
+    assert report.results["step[loss]"].packed == pytest.approx(packed.item(), abs=1e-6)
     assert report.results["step[labels]"].supervised == int(sort.scored.sum())
 
 
@@ -139,7 +139,7 @@ def test_a_design_whose_mask_drops_the_document_conjunct_fails_the_step():
     model, module, sort, batch = _smoke_step(tensorcad.load(raw))
     with torch.no_grad():
         packed, alone = _by_hand(module, sort)
-    assert abs(float(packed) - float(alone)) > 1e-3  # the verdict, by hand
+    assert abs(packed.item() - alone.item()) > 1e-3  # the verdict, by hand
     with pytest.raises(CertificateError) as caught:
         assert_step_faithful(model, batch, loss=smoke.next_token_loss, reduction=smoke.LOSS_REDUCTION,
                              shift="shifted", accumulation="num_items_in_batch")
