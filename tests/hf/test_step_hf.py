@@ -103,8 +103,8 @@ def test_the_cache_at_its_default_fails_the_loss():
         leaked = float(model(input_ids=ids, labels=batch["labels"], position_ids=positions).loss)
         alone = float(alone_loss(model, ids, LENGTHS))
     assert abs(leaked - alone) > 1e-4  # with a cache transformers reads no packing: documents see each other
-    with pytest.raises(CertificateError, match="own targets with `token`'s weights: the packed forward computes them "
-                                               "otherwise than the documents run alone"):
+    with pytest.raises(CertificateError, match="the documents' own, weighed as `token` weighs them: the packed "
+                                               "forward computes them otherwise than the documents run alone"):
         assert_step_loss(model, {**batch, "use_cache": True})
 
 

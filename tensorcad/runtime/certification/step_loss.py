@@ -87,7 +87,8 @@ class LossResult:
         w = self.weights
         if self.passed:
             if w is not None:
-                how = f"; it trains the documents' {sum(self.counts)} targets, each with `{self.reduction}`'s weight"
+                how = (f"; its {sum(self.counts)} targets are the documents' own, each weighed as `{self.reduction}` "
+                       "weighs it")
             else:
                 alike = [n for n in REDUCTIONS if n != self.reduction
                          and abs(self.references[n] - self.reference) <= self.tolerance]
@@ -108,8 +109,8 @@ class LossResult:
             like = f"as the `{matched[0]}` mean does{also}" if matched else "as no named reduction does"
             return f"{head}: it weighs the documents' targets {like}: {self._per_document()}{note}"
         if w is not None:
-            return (f"{head}, though it trains the documents' own targets with `{self.reduction}`'s weights: the "
-                    f"packed forward computes them otherwise than {self.against}{note}")
+            return (f"{head}, though its targets are the documents' own, weighed as `{self.reduction}` weighs them: "
+                    f"the packed forward computes them otherwise than {self.against}{note}")
         if matched:
             declared = f"; {describe_weights(self.reduction, self.counts, self.pieces)}" if self.named else ""
             return (f"{head}: it is the `{matched[0]}` mean ({self.references[matched[0]]:.6g}): "

@@ -53,8 +53,8 @@ def test_the_packed_eval_loss_is_the_unpacked_one():
     assert result.reference == pytest.approx(float(torch.cat(tokens).mean()), abs=1e-6)
     assert result.message() == (f"the packed eval loss {result.packed:.6g} equals the documents evaluated unpacked "
                                 f"(one a padded row) under `token` ({result.reference:.6g}; gap {result.gap:.3g}, "
-                                f"tolerance {result.tolerance:.3g}); it trains the documents' 34 targets, each with "
-                                "`token`'s weight")
+                                f"tolerance {result.tolerance:.3g}); its 34 targets are the documents' own, each "
+                                "weighed as `token` weighs it")
     assert check_eval_parity(step_of(model), read_batch(batch), "document").reference == pytest.approx(
         float(sum(t.mean() for t in tokens) / 6), abs=1e-6)
     assert check_eval_parity(step_of(model), read_batch(batch), atol=0.0, rtol=1e-3).tolerance == pytest.approx(

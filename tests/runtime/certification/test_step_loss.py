@@ -40,7 +40,7 @@ def test_the_default_loss_is_the_token_mean_of_the_documents_alone():
     assert result.gap < 1e-6 and result.matched == () and result.value_passed and result.weights.passed
     assert result.message() == (f"the packed loss {result.packed:.6g} equals the documents run alone under `token` "
                                 f"({result.reference:.6g}; gap {result.gap:.3g}, tolerance {result.tolerance:.3g}); "
-                                "it trains the documents' 34 targets, each with `token`'s weight")
+                                "its 34 targets are the documents' own, each weighed as `token` weighs it")
     figures = result.to_json()
     assert figures == {
         "passed": True, "packed": result.packed, "reduction": "token", "reference": result.reference,
@@ -93,7 +93,7 @@ def test_a_leaking_forward_matches_no_reduction():
     model, batch = TinyLM(leak=True), batch_of(LENGTHS)
     result = check_loss(step_of(model), read_batch(batch))
     assert not result.passed and result.matched == () and result.weights.passed  # the right targets, weighed right
-    assert result.message().endswith("though it trains the documents' own targets with `token`'s weights: the "
+    assert result.message().endswith("though its targets are the documents' own, weighed as `token` weighs them: the "
                                      "packed forward computes them otherwise than the documents run alone")
 
 
