@@ -87,7 +87,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 ALSO_COPY = ["harness", "conftest.py", "snapshots", "docs", "README.md", "benchmarks"]
 
 
-def _config(sources: list[str], tests: list[str]) -> str:
+def _config(sources: list[str], tests: list[str], patience: float = 5.0) -> str:
     def toml_list(items):
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
     return (
@@ -103,14 +103,14 @@ def _config(sources: list[str], tests: list[str]) -> str:
         'process_isolation = "forkserver"\n'
         # a mutant running 5x its tests' usual time is stuck (mutmut's default waits 15x, a
         # minute a mutant here for those that loop)
-        "timeout_multiplier = 5.0\n"
+        f"timeout_multiplier = {patience}\n"
     )
 
 
-def _write_config(work: Path, module: str) -> None:
+def _write_config(work: Path, module: str, patience: float = 5.0) -> None:
     sources, tests = MODULES[module]
     pyproject = (ROOT / "pyproject.toml").read_text()
-    (work / "pyproject.toml").write_text(pyproject + _config(sources, tests))
+    (work / "pyproject.toml").write_text(pyproject + _config(sources, tests, patience))
 
 
 def prepare(module: str) -> Path:
@@ -155,6 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="the counts and survivors as JSON")
     parser.add_argument("--again", action="store_true",
                         help="keep the last run's copy, refresh its tests, rerun only its survivors")
+    parser.add_argument("--timeouts", action="store_true",
+                        help="with --again: rerun the timed-out mutants too, waiting 10 times longer (on a loaded "
+                             "machine a mutant whose tests fail can still run past 5 times their usual time)")
     args = parser.parse_args(argv)
     if args.list or not args.module:
         for name, (sources, tests) in MODULES.items():
@@ -166,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         work = ROOT / ".mutmut" / args.module
         previous = results(work, {**env, "PYTHONPATH": str(work / "mutants")})
         again = previous.get("survived", []) + previous.get("no tests", [])
+        again += previous.get("timeout", []) if args.timeouts else []
         # the package as it is now: mutmut re-mutates a file whose source changed and reruns
         # the mutants of every function whose text changed
         shutil.copytree(ROOT / "tensorcad", work / "tensorcad", dirs_exist_ok=True,
@@ -173,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         # the module's test selection as it is now, and which test reaches which function
         # collected afresh: mutmut would collect it for new test names only, so a test whose
         # body changed would keep the functions it used to reach
-        _write_config(work, args.module)
+        _write_config(work, args.module, 50.0 if args.timeouts else 5.0)
         (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
         for where in (work, work / "mutants"):
             shutil.rmtree(where / "tests", ignore_errors=True)

@@ -192,8 +192,8 @@ def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
     for key, value in batch.inputs.items():
         if key == "documents":
             inputs[key] = documents
-        elif key in _FLAT_KEYS and isinstance(value, torch.Tensor) and value.shape[-2:] == batch.ids.shape:
-            inputs[key] = value[..., rows, first:end]
+        elif key in _FLAT_KEYS and isinstance(value, torch.Tensor) and value.shape == batch.ids.shape:
+            inputs[key] = value[rows, first:end]
         elif key == "seq_idx":
             inputs[key] = seq_idx_of(documents.cpu()).to(torch.as_tensor(value).device)
         elif key.startswith(("cu_seq_lens_", "max_length_")):

@@ -175,6 +175,8 @@ def test_one_row_is_cut_between_whole_documents():
     assert torch.equal(second.positions, batch["position_ids"][:, 10:]) and torch.equal(second.ids, read.ids[:, 10:])
     thirds = split_batch(read, 3)
     assert [p.ids.shape[1] for p in thirds] == [8, 8, 4]  # cuts at 8 (nearest 6.7) and 16 (nearest 13.3)
+    late = split_batch(read_batch(batch_of([[15, 14, 1]])), 3)  # a cut past its mark leaves the next one after it
+    assert [p.ids.shape[1] for p in late] == [15, 14, 1]
     fifths = split_batch(read, 5)
     assert [p.ids.shape[1] for p in fifths] == [3, 5, 2, 6, 4]  # a document each: every start is used
 
