@@ -70,7 +70,7 @@ class Mistrained:
         where += ", its last)" if self.last else ")"
         if self.want == IGNORE_INDEX:
             return (f"the loss trains {where} on token {self.got}, a target the documents alone do not have"
-                    + (": the next document's first label" if self.last else ""))
+                    + (": the next document's first token" if self.last else ""))
         if self.got == IGNORE_INDEX:
             return f"the loss never trains {where}, which the documents alone train on token {self.want}"
         return (f"the loss trains {where} on token {self.got} where the documents alone train it on "

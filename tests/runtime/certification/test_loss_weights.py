@@ -66,7 +66,7 @@ def test_the_expected_grid_and_every_way_a_position_is_trained_otherwise():
     (extra,) = check.mistrained  # position 3 of row 0, its document's last, trained on 4
     assert extra == Mistrained(0, 3, 1, 4, -100, True) and not check.passed
     assert extra.message() == ("the loss trains position 3 of row 0 (document 1, its last) on token 4, a target the "
-                               "documents alone do not have: the next document's first label")
+                               "documents alone do not have: the next document's first token")
     assert check.largest < 1e-6 and check.per_document == pytest.approx((0.5, 0.125, (1 / 3 + 1 / 9) / 2))
     assert check.to_json() == {"exact": True, "passed": False, "mistrained": 1, "largestGap": check.largest,
                                "first": {"row": 0, "position": 3, "document": 1, "got": 4, "want": -100},

@@ -107,7 +107,7 @@ def test_labels_across_a_boundary_and_a_loss_that_does_not_shift_are_named_at_th
     assert len(result.weights.mistrained) == 4  # one a boundary: 3 in row 0, 1 in row 1
     assert result.message().endswith(f"the loss trains position 2 of row 0 (document 0, its last) on token "
                                      f"{first.got}, a target the documents alone do not have: the next document's "
-                                     "first label (3 more positions trained otherwise)")
+                                     "first token (3 more positions trained otherwise)")
 
     def unshifted(logits, labels):  # trains each output on its own token
         return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
