@@ -121,7 +121,7 @@ def expected_grid(shape: torch.Size, where: tuple, weights: tuple, targets: torc
     want_t = torch.full(shape, IGNORE_INDEX, dtype=torch.long)
     want_w = torch.zeros(shape, dtype=torch.float64)
     for (row, positions), w in zip(where, weights):
-        w = torch.as_tensor(w, dtype=torch.float64).expand(positions.shape)
+        w = torch.as_tensor(w, dtype=torch.float64).cpu().expand(positions.shape)
         kept = positions[w != 0]
         want_t[row, kept] = targets[row, kept]
         want_w[row, kept] = w[w != 0]
