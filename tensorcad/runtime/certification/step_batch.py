@@ -80,19 +80,23 @@ def _tensor(value: Any, name: str) -> torch.Tensor:
     return value
 
 
+def _rows(value: Any) -> torch.Tensor:
+    """A form's documents (checked where they were made) as (B, T)."""
+    value = torch.as_tensor(value)
+    return value[None] if value.dim() == 1 else value
+
+
 def _documents(batch: Mapping[str, Any], shape: torch.Size, device: torch.device) -> torch.Tensor:
     from tensorcad.packing import documents_of_cu_seqlens, documents_of_positions, documents_of_seq_idx
 
     if "documents" in batch:
         documents = _tensor(batch["documents"], "documents")
     elif "seq_idx" in batch:
-        documents = _tensor(documents_of_seq_idx(torch.as_tensor(batch["seq_idx"]).cpu()), "seq_idx")
+        documents = _rows(documents_of_seq_idx(torch.as_tensor(batch["seq_idx"]).cpu()))
     elif "cu_seq_lens_q" in batch:
-        cu = torch.as_tensor(batch["cu_seq_lens_q"]).cpu()
-        documents = _tensor(documents_of_cu_seqlens(cu, shape[1], shape[0]), "cu_seq_lens_q")
+        documents = _rows(documents_of_cu_seqlens(torch.as_tensor(batch["cu_seq_lens_q"]).cpu(), shape[1], shape[0]))
     elif "position_ids" in batch:
-        documents = _tensor(documents_of_positions(_tensor(batch["position_ids"], "position_ids").cpu()),
-                            "position_ids")
+        documents = _rows(documents_of_positions(_tensor(batch["position_ids"], "position_ids").cpu()))
     else:
         raise TensorcadError("batch", "holds no documents, seq_idx, cu_seq_lens_q or position_ids: nothing says "
                                       "where its documents begin")

@@ -26,6 +26,11 @@ def test_documents_come_from_each_key_a_collator_writes():
     # documents win over the others (a generated model's batch holds all of them)
     wrong = {"seq_idx": torch.zeros_like(seq_idx)}
     assert torch.equal(read_batch({**batch, **wrong}).documents, want)
+    narrow = read_batch({**batch, "documents": want.to(torch.int32)})
+    assert narrow.documents.dtype == torch.long and torch.equal(narrow.documents, want)
+    # the batch's own positions, as given: here counted through the row, not restarting
+    straight = read_batch({**batch, "position_ids": torch.arange(10).repeat(2, 1)})
+    assert straight.positions.tolist() == [list(range(10))] * 2
 
 
 def test_one_row_may_come_flat():
@@ -117,6 +122,18 @@ def test_labels_that_fit_neither_convention_ask_for_a_declaration():
                                                           "(2, 10)"),
     (lambda b: b.update(documents=b["documents"].flip(1)), "batch.documents: document ids must never fall along a "
                                                            "row"),
+    (lambda b: b["documents"][0].copy_(torch.tensor([0, 0, 2, 2, 1, 1, 1, 3, 3, 3])),
+     "batch.documents: document ids must never fall along a row"),  # a fall that stays above the row's first
+    (lambda b: b.update(documents=b["documents"].float()), "batch.documents: expected (B, T) integers, got "
+                                                           "torch.float32 (2, 10)"),
+    (lambda b: b.update(input_ids=b["input_ids"].float()), "batch.input_ids: expected (B, T) integers, got "
+                                                           "torch.float32 (2, 10)"),
+    (lambda b: b.update(position_ids=b["position_ids"].float()), "batch.position_ids: expected (B, T) integers, got "
+                                                                 "torch.float32 (2, 10)"),
+    (lambda b: [b.pop("documents"), b.update(position_ids=b["position_ids"].float())],
+     "batch.position_ids: expected (B, T) integers, got torch.float32 (2, 10)"),
+    (lambda b: [b.pop("documents"), b.update(seq_idx=torch.zeros(2, 9, dtype=torch.int32))],
+     "batch.documents: shape (2, 9) differs from input_ids (2, 10)"),
 ])
 def test_a_bad_batch_is_refused_naming_the_key(change, says):
     batch = batch_of(LENGTHS)
