@@ -14,6 +14,7 @@ a mean over the wrong count, or another reduction, each named exactly.
 
 A loss that is not a weighted cross-entropy (label smoothing, a z-loss) leaves
 a residual; its weights are then not read, and the value alone is compared.
+Nor are they from half-precision logits, whose gradient holds three digits.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def trained_by(logits: torch.Tensor, gradient: torch.Tensor) -> Trained:
     scale = g.abs().amax(-1).clamp_min(1e-300)
     residual = float(((g - model).abs().amax(-1) / scale)[trained].max()) if bool(trained.any()) else 0.0
     targets = torch.where(trained, target, torch.full_like(target, IGNORE_INDEX))
-    return Trained(targets.cpu(), weights.cpu(), residual <= RESIDUAL)
+    readable = logits.dtype in (torch.float32, torch.float64)
+    return Trained(targets.cpu(), weights.cpu(), readable and residual <= RESIDUAL)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,8 @@ def test_a_gradient_that_is_no_cross_entropys_is_not_read():
     logits, gradient = gradient_of(TARGETS, WEIGHTS)
     smoothed = gradient + 0.01 * (gradient != 0).any(-1, keepdim=True)  # a z-loss's or label smoothing's share
     assert not trained_by(logits, smoothed).exact
+    half = trained_by(logits.detach().bfloat16(), gradient.bfloat16())  # three digits: not read
+    assert not half.exact and half.targets.tolist() == TARGETS.tolist()
     nothing = trained_by(logits, torch.zeros_like(gradient))
     assert nothing.exact and (nothing.targets == -100).all() and (nothing.weights == 0).all()
 
