@@ -38,6 +38,8 @@ def test_one_row_may_come_flat():
     flat = {k: v[0] for k, v in batch.items()}
     read = read_batch(flat)
     assert read.ids.shape == (1, 7) and torch.equal(read.documents, batch["documents"])
+    by_seq_idx = {"input_ids": flat["input_ids"], "labels": flat["labels"], "seq_idx": flat["documents"]}
+    assert torch.equal(read_batch(by_seq_idx).documents, batch["documents"])
 
 
 def test_targets_are_what_each_output_is_trained_on():
@@ -184,6 +186,7 @@ def test_one_row_is_cut_between_whole_documents():
     assert second.inputs["seq_idx"][0].tolist() == second.documents[0].tolist()
     assert second.inputs["seq_idx"].dtype == torch.int32
     assert second.inputs["cu_seq_lens_q"].tolist() == [0, 6, 10] and second.inputs["max_length_k"] == 6
+    assert halves[0].inputs["max_length_q"] == 5 and halves[0].inputs["cu_seq_lens_k"].tolist() == [0, 3, 8, 10]
     assert second.inputs["use_cache"] is False  # what the batch holds besides, passed on
     assert torch.equal(second.inputs["position_ids"], batch["position_ids"][:, 10:])
     assert second.inputs["attention_mask"].tolist() == [list(range(10, 20))]
@@ -194,6 +197,8 @@ def test_one_row_is_cut_between_whole_documents():
     assert [p.ids.shape[1] for p in thirds] == [8, 8, 4]  # cuts at 8 (nearest 6.7) and 16 (nearest 13.3)
     late = split_batch(read_batch(batch_of([[15, 14, 1]])), 3)  # a cut past its mark leaves the next one after it
     assert [p.ids.shape[1] for p in late] == [15, 14, 1]
+    room = split_batch(read_batch(batch_of([[1, 1, 18]])), 3)  # the nearest start would leave the last part none
+    assert [p.ids.shape[1] for p in room] == [1, 1, 18]
     fifths = split_batch(read, 5)
     assert [p.ids.shape[1] for p in fifths] == [3, 5, 2, 6, 4]  # a document each: every start is used
 
