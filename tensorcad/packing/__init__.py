@@ -6,7 +6,8 @@
 - ``drawing``: ``draw`` and ``draw_boundaries``, the one place packed rows are
   drawn (the engine's sampler, the runtime's made-up packing and the test
   harness all call it), over the ``stream`` (a circular stream cut into rows)
-  or the bin-packing ``strategies`` (bfd, ffd, split, pad);
+  or the bin-packing ``strategies`` (bfd, ffd, split, pad, and the libraries'
+  own packers as they pack: ``library_packers``, TRL's and torchtune's);
 - ``boundaries``: ``RowBoundaries``, where each row's documents begin;
 - ``forms``: documents, ``position_ids``, ``cu_seqlens``, ``seq_idx`` and
   EOS-delimited ids, each converted to and from the others;
@@ -52,7 +53,8 @@ from .settings import (
     document_lengths,
     packing_of,
 )
-from .strategies import Bins, Packed, draw_packed, pack
+from .bins import Bins
+from .strategies import Packed, draw_packed, pack
 from .stream import MIN_STREAM_DOCUMENTS, Stream
 
 __all__ = [

@@ -28,8 +28,14 @@ MIN_SPREAD = 1e-4
 MAX_SEQ = 2**24
 MAX_ROWS = 2**20
 # How rows are filled (docs/packing.md): a stream cut into rows, best-fit and
-# first-fit decreasing, Ding et al.'s split-then-best-fit, one document a row.
-STRATEGIES = ("stream", "bfd", "ffd", "split", "pad")
+# first-fit decreasing, Ding et al.'s split-then-best-fit, one document a row;
+# then the libraries' own packers as they pack (library_packers.PACKERS).
+STRATEGIES = ("stream", "bfd", "ffd", "split", "pad",
+              "trl-bfd", "trl-bfd-split", "trl-wrapped", "torchtune", "torchtune-split")
+# The strategies that cut a document longer than a row to one, dropping the rest.
+TRUNCATING = ("bfd", "ffd", "pad", "trl-bfd", "torchtune")
+# The strategies that pack a buffer of documents at a time (TRL: a datasets.map batch).
+BUFFERED = ("bfd", "ffd", "split", "trl-bfd", "trl-bfd-split", "trl-wrapped")
 # Documents a bin-packer sees at once. TRL packs through ``datasets.map``,
 # whose batches hold 1,000 examples by default; each batch is packed alone.
 DEFAULT_BUFFER = 1000
@@ -105,7 +111,7 @@ class Packing:
     def to_json(self) -> dict:
         """The operating point's ``packing``: mean, spread, strategy, and what was read, if any."""
         out: dict = {"mean": self.mean, "spread": self.spread, "strategy": self.strategy}
-        if self.strategy in ("bfd", "ffd", "split"):
+        if self.strategy in BUFFERED:
             out["buffer"] = self.buffer
         if self.lengths is not None:
             out["lengths"] = self.lengths.summary()

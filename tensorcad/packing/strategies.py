@@ -10,6 +10,9 @@
   a document longer than a row is cut into row-sized pieces (and the rest),
   and the pieces are best-fit as above; nothing is truncated.
 - ``pad``: one document a row, truncated or padded: what unpacked training pays.
+- ``trl-bfd``, ``trl-bfd-split``, ``trl-wrapped``, ``torchtune``,
+  ``torchtune-split``: the libraries' own packers, row for row as they pack
+  (``library_packers``).
 
 A bin-packed row begins on a boundary and ends in padding: the room no
 document filled. The padding is one more document of the row (a cut where it
@@ -34,35 +37,14 @@ import numpy as np
 
 from tensorcad.errors import check_integer
 
+from .bins import Bins
 from .boundaries import RowBoundaries
-from .settings import MAX_ROWS, MAX_SEQ, Packing
+from .library_packers import PACKERS, pack_as
+from .settings import MAX_ROWS, MAX_SEQ, TRUNCATING, Packing
 from .stream import MIN_STREAM_DOCUMENTS, Stream
 
 BUFFERS = 32
 MAX_DOCUMENTS = 1 << 16
-
-
-@dataclass(frozen=True)
-class Bins:
-    """Documents packed into rows: each piece's length, row (bin) and document, in row order.
-
-    Pieces of one row are in the order they were placed; ``truncated`` and
-    ``split`` count documents.
-    """
-
-    seq: int
-    length: np.ndarray
-    row: np.ndarray
-    document: np.ndarray
-    rows: int
-    documents: int
-    truncated: int
-    split: int
-
-    @property
-    def real(self) -> np.ndarray:
-        """Real tokens in each row."""
-        return np.bincount(self.row, weights=self.length, minlength=self.rows).astype(np.int64)
 
 
 def _place(pieces: np.ndarray, seq: int, best: bool) -> np.ndarray:
@@ -89,10 +71,14 @@ def pack(lengths: np.ndarray, seq: int, strategy: str, buffer: int) -> Bins:
     """Pack documents of ``lengths`` (in the order given) into rows of ``seq`` tokens."""
     seq = check_integer(seq, "seq", 1, MAX_SEQ)
     lengths = np.asarray(lengths, dtype=np.int64)
+    if strategy in PACKERS:
+        return pack_as(strategy, lengths, seq, buffer)
     documents = len(lengths)
+    lost = {"dropped": int(np.maximum(lengths - seq, 0).sum()), "tokens": int(lengths.sum())}
     if strategy == "pad":
         return Bins(seq, np.minimum(lengths, seq), np.arange(documents), np.arange(documents),
-                    documents, documents, int((lengths > seq).sum()), 0)
+                    documents, documents, int((lengths > seq).sum()), 0, **lost)
+    offset = np.zeros(documents, dtype=np.int64)
     if strategy in ("bfd", "ffd"):
         piece, owner = np.minimum(lengths, seq), np.arange(documents)
         truncated, split = int((lengths > seq).sum()), 0
@@ -104,10 +90,11 @@ def pack(lengths: np.ndarray, seq: int, strategy: str, buffer: int) -> Bins:
         first = np.cumsum(count) - count
         index = np.arange(len(owner)) - np.repeat(first, count)
         piece = np.where(index < np.repeat(whole, count), seq, np.repeat(rest, count))
-        truncated, split = 0, int((count > 1).sum())
+        offset = index * seq
+        truncated, split, lost["dropped"] = 0, int((count > 1).sum()), 0
     else:
         raise ValueError(f"not a bin-packing strategy: {strategy!r}")
-    out_len, out_row, out_doc = [], [], []
+    out_len, out_row, out_doc, out_off = [], [], [], []
     rows = 0
     for start in range(0, documents, buffer):
         chosen = np.flatnonzero((owner >= start) & (owner < start + buffer))
@@ -118,9 +105,10 @@ def pack(lengths: np.ndarray, seq: int, strategy: str, buffer: int) -> Bins:
         out_len.append(piece[order][arrange])
         out_row.append(where[arrange] + rows)
         out_doc.append(owner[order][arrange])
+        out_off.append(offset[order][arrange])
         rows += int(where.max()) + 1 if len(where) else 0
     return Bins(seq, np.concatenate(out_len), np.concatenate(out_row), np.concatenate(out_doc),
-                rows, documents, truncated, split)
+                rows, documents, truncated, split, offset=np.concatenate(out_off), **lost)
 
 
 @dataclass(frozen=True)
@@ -133,6 +121,9 @@ class Packed:
     ``truncated`` and ``split``: fractions of documents. For ``stream``,
     ``split`` is the chance a document holds a row's edge when rows are cut
     back to back at a uniform phase, min(1, (L - 1) / T) averaged.
+    ``dropped``: the fraction of the documents' tokens no row holds;
+    ``continued``: of documents, those with a piece whose positions do not
+    start at 0 (torchtune's across a pack's edge, TRL's wrapped within a row).
     """
 
     boundaries: RowBoundaries
@@ -141,6 +132,8 @@ class Packed:
     truncated: float
     split: float
     documents_per_row: float
+    dropped: float = 0.0
+    continued: float = 0.0
 
     @property
     def padding(self) -> float:
@@ -148,6 +141,7 @@ class Packed:
 
     def to_json(self) -> dict:
         return {"padding": self.padding, "truncated": self.truncated, "split": self.split,
+                "tokensDropped": self.dropped, "positionsContinued": self.continued,
                 "documentsPerRow": self.documents_per_row}
 
 
@@ -183,7 +177,7 @@ def draw_packed(packing: Packing, rows: int, seq: int, seed: int = 0) -> Packed:
     picked = np.minimum(picked, bins.rows - 1)
     rng.shuffle(picked)
     real = bins.real
-    pieces = bins.length.astype(np.float64)
+    pieces = bins.pieces().astype(np.float64)
     return Packed(
         boundaries=_boundaries(bins, picked, real),
         causal_keys=float((pieces * (pieces + 1) / 2).sum() / pieces.sum()),
@@ -191,7 +185,29 @@ def draw_packed(packing: Packing, rows: int, seq: int, seed: int = 0) -> Packed:
         truncated=bins.truncated / bins.documents,
         split=bins.split / bins.documents,
         documents_per_row=bins.documents / bins.rows,
+        dropped=_cut_off(packing, seq) if packing.strategy in TRUNCATING else bins.dropped / bins.tokens,
+        continued=bins.continued / bins.documents,
     )
+
+
+def _cut_off(packing: Packing, seq: int) -> float:
+    """The share of the documents' tokens a row's edge cuts off, each truncated to a row: E[(L - T)+] / E[L].
+
+    Of the distribution itself, not of the strata packed: a few long documents
+    hold most of what is lost (at 1,024 strata of log-normal c = 3 lengths the
+    strata lose 12.7% of tokens at 8,192, the distribution 13.7%).
+    """
+    if packing.lengths is not None:
+        values, counts = (a.astype(np.float64) for a in packing.lengths.arrays)
+        return float((counts * np.maximum(values - seq, 0)).sum() / (counts * values).sum())
+    if packing.spread == 0:
+        length = max(1.0, math.floor(packing.mean + 0.5))
+        return max(length - seq, 0.0) / length
+    from scipy.special import gammaincc  # here, not at load: see settings.document_lengths
+
+    # Gamma lengths: E[(L - a)+] = mu Q(k + 1, a / theta) - a Q(k, a / theta).
+    shape, scale = 1.0 / packing.spread**2, packing.mean * packing.spread**2
+    return float(gammaincc(shape + 1, seq / scale) - seq / packing.mean * gammaincc(shape, seq / scale))
 
 
 def _boundaries(bins: Bins, picked: np.ndarray, real: np.ndarray) -> RowBoundaries:
@@ -201,6 +217,8 @@ def _boundaries(bins: Bins, picked: np.ndarray, real: np.ndarray) -> RowBoundari
     cumulative = np.cumsum(bins.length)
     before = np.append(0, cumulative)[first[:-1]]  # tokens packed before each row's first piece
     ends = cumulative - before[bins.row]  # where each piece ends within its row
+    if not bins.boundaries:  # the row is one document to the model: only its padding begins another
+        ends = np.where(np.append(bins.row[1:] != bins.row[:-1], True), ends, seq)
     # Every end short of the row's end begins the next piece, or the padding.
     cut_at = [ends[first[b]:first[b + 1]] for b in picked.tolist()]
     cut_at = [c[c < seq] for c in cut_at]

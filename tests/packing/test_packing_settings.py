@@ -180,7 +180,8 @@ def test_packing_of_names_the_setting_it_refuses():
     assert refused(packing_of, None, strategy="bfd", strategy_path="--pack-strategy", mean_path="--pack") == (
         "--pack-strategy", "needs --pack (the mean document length) or pack_lengths")
     assert refused(packing_of, 300, strategy="best", strategy_path="s") == (
-        "s", "unknown strategy 'best' (strategies: stream, bfd, ffd, split, pad)")
+        "s", "unknown strategy 'best' (strategies: stream, bfd, ffd, split, pad, trl-bfd, trl-bfd-split, "
+        "trl-wrapped, torchtune, torchtune-split)")
     assert refused(packing_of, None, lengths=TWO, strategy="best")[0] == "pack_strategy"
     assert refused(packing_of, -3, mean_path="m")[0] == "m"
     assert refused(packing_of, 300, -1, spread_path="sp")[0] == "sp"
@@ -196,7 +197,8 @@ def test_each_number_is_refused_with_its_reason():
     assert refused(check_spread, 1e-9)[1] == "spread 1e-09 is below 0.0001, fixed lengths in effect: give 0"
     assert check_strategy("pad") == "pad"
     assert refused(check_strategy, None) == (
-        "packing.strategy", "unknown strategy None (strategies: stream, bfd, ffd, split, pad)")
+        "packing.strategy", "unknown strategy None (strategies: stream, bfd, ffd, split, pad, trl-bfd, "
+        "trl-bfd-split, trl-wrapped, torchtune, torchtune-split)")
 
 
 def test_a_packing_states_what_it_was_given():

@@ -169,8 +169,9 @@ def test_padded_rows_blocks_are_flex_attentions_own(strategy):
     assert (engine.full[:, 0] == mask.full_kv_num_blocks[:, 0].numpy()).all()
 
 
-def test_strategies_are_the_documented_five():
-    assert STRATEGIES == ("stream", "bfd", "ffd", "split", "pad")
+def test_strategies_are_the_documented_ten():
+    assert STRATEGIES == ("stream", "bfd", "ffd", "split", "pad",
+                          "trl-bfd", "trl-bfd-split", "trl-wrapped", "torchtune", "torchtune-split")
 
 
 @pytest.mark.parametrize("ours, theirs", [("bfd", "bfd"), ("split", "bfd_split")])
