@@ -57,6 +57,10 @@ class TensorcadError(ValueError):
         self.message = one_line(message)
         super().__init__(f"{self.path}: {self.message}" if self.path else self.message)
 
+    def __reduce__(self):
+        # Rebuilt from its two parts, so that it crosses a process (a worker, a cluster's task) as itself.
+        return type(self), (self.path, self.message)
+
 
 def join(path: str, key: str | int) -> str:
     """Extend a JSON path: ``join("nodes", 1)`` is ``nodes[1]``; a key that is not a plain name is quoted."""

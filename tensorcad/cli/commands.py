@@ -216,38 +216,29 @@ def cmd_editor(args: argparse.Namespace) -> int:
 
 def cmd_lengths(args: argparse.Namespace) -> int:
     from tensorcad.packing.corpus.histogram import write_histogram
-    from tensorcad.packing.corpus.reading import count_lengths, plot
-
-    total = 0
-    for file in args.corpus:
-        try:
-            total += Path(file).stat().st_size
-        except OSError as e:
-            raise TensorcadError(file, f"cannot read: {e.strerror}") from None
-    options = dict(field=args.field, separator=args.separator.encode().decode("unicode_escape"),
-                   by=args.by, tokenizer=args.tokenizer)
-    if args.json or not sys.stderr.isatty():
-        lengths, empty = count_lengths(args.corpus, **options)
-    else:
-        from rich.console import Console
-        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
-
-        with Progress(TextColumn("counting"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
-                      console=Console(stderr=True), transient=True) as bar:
-            task = bar.add_task("counting", total=total)
-            lengths, empty = count_lengths(args.corpus, progress=lambda n: bar.advance(task, n), **options)
-    if args.out:
-        write_histogram(lengths, args.out)
+    from tensorcad.packing.corpus.reading import plot
     from tensorcad.views.answers import lengths_summary
 
-    summary = {**lengths_summary(lengths), "empty": empty,
-               "by": "tokenizer" if args.tokenizer else args.by, "histogram": args.out}
+    counted = _merged(args) if args.merge else _counted(args)
+    how = ("merged" if args.merge else "tokenizer" if args.tokenizer else args.by
+           or (f"column {args.length_column}" if args.length_column else
+               "token_count or length where a shard has one, else whitespace"))
+    lengths = counted.lengths
+    if args.out:
+        write_histogram(lengths, args.out)
+    summary = {**lengths_summary(lengths), "empty": counted.empty, "by": how, "shards": counted.shards,
+               "workers": counted.workers, "engine": args.engine, "histogram": args.out}
     if args.json:
         _emit(summary, argparse.Namespace(json=True))
         return 0
     console = _console()
-    console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({summary['by']}), "
-                  f"{empty:,} empty skipped")
+    if args.merge:
+        console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens: {counted.shards:,} histograms merged")
+    else:
+        where = f"{counted.shards:,} shard{'s' if counted.shards > 1 else ''}" + (
+            f", {counted.workers} workers" if counted.workers > 1 else "") + (f" on {args.engine}" if args.engine else "")
+        console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({how}), "
+                      f"{counted.empty:,} empty skipped; {where}")
     console.print(f"mean {lengths.mean:,.1f}, spread {lengths.spread:.3f}, p50 {summary['p50']:,}, "
                   f"p90 {summary['p90']:,}, p99 {summary['p99']:,}, max {summary['max']:,}")
     if not args.no_plot:
@@ -255,3 +246,42 @@ def cmd_lengths(args: argparse.Namespace) -> int:
     if args.out:
         console.print(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})")
     return 0
+
+
+def _merged(args: argparse.Namespace):
+    """``--merge``: the histograms CORPUS names, added up."""
+    from tensorcad.packing.corpus.histogram import load_lengths
+    from tensorcad.packing.corpus.shards import Counted
+
+    for option in ("engine", "workers", "tokenizer", "by", "length_column", "scheduler"):
+        if getattr(args, option):
+            raise TensorcadError(f"--{option.replace('_', '-')}", "--merge adds histograms up; it counts nothing")
+    histograms = [load_lengths(file) for file in args.corpus]
+    return Counted(histograms[0].merge(*histograms[1:]), 0, len(histograms), 1)
+
+
+def _counted(args: argparse.Namespace):
+    """The corpus's shards counted: here, in --workers processes, or on --engine's cluster."""
+    from tensorcad.packing.corpus.reading import Counting
+    from tensorcad.packing.corpus.shards import count_shards, shards_of
+
+    counting = Counting(args.field, args.separator.encode().decode("unicode_escape"), args.by, args.tokenizer,
+                        args.length_column)
+    if args.scheduler and not args.engine:
+        raise TensorcadError("--scheduler", "needs --engine dask")
+    if args.engine:
+        from tensorcad.packing.corpus.engines import count_on_cluster
+
+        return count_on_cluster(args.corpus, counting, workers=2 if args.workers is None else args.workers,
+                                scheduler=args.scheduler)
+    workers = 1 if args.workers is None else args.workers
+    if args.json or not sys.stderr.isatty():
+        return count_shards(args.corpus, counting, workers)
+    from rich.console import Console
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+    total = sum(shard.stat().st_size for shard in shards_of(args.corpus))
+    with Progress(TextColumn("counting"), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("counting", total=total)
+        return count_shards(args.corpus, counting, workers, progress=lambda n: bar.advance(task, n))

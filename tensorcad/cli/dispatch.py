@@ -166,15 +166,31 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--params", type=integer, default=2_000_000)
     p.add_argument("--json", action="store_true")
     p = command("lengths", "Count the document lengths of a corpus and write their histogram.", cmd_lengths,
-                epilog="CORPUS: .jsonl (the text under --field), .parquet (a text column, needs pyarrow), "
-                       "or plain text split by --separator. Streams: memory stays flat.")
+                epilog="CORPUS: files, directories of shards or globs ('shards/*.jsonl.zst'): .jsonl/.ndjson "
+                       "(the text under --field; .gz or .zst), .parquet (a column, needs pyarrow), .arrow (a saved "
+                       "datasets folder's shards), or plain text split by --separator. A token_count or length "
+                       "column is read where a shard has one. Streams: memory stays flat. With --merge, CORPUS "
+                       "is histograms (what this command writes) to add up.")
     p.add_argument("corpus", nargs="+", metavar="CORPUS")
+    p.add_argument("--merge", action="store_true",
+                   help="add up the histograms CORPUS names, exactly, instead of counting documents")
     p.add_argument("--field", default="text", help="the JSONL field or Parquet column of the text (default text)")
+    p.add_argument("--length-column", metavar="NAME",
+                   help="read each document's length from this column or field (default: token_count or length "
+                        "where a shard has one, unless --by or --tokenizer says to count the text)")
     p.add_argument("--separator", default="\\n\\n",
                    help="what divides plain-text documents, backslash escapes allowed (default a blank line)")
-    p.add_argument("--by", choices=("bytes", "whitespace"), default="whitespace",
-                   help="count tokens as UTF-8 bytes or whitespace-separated words (default whitespace)")
+    p.add_argument("--by", choices=("bytes", "whitespace"),
+                   help="count tokens of the text as UTF-8 bytes or whitespace-separated words (default whitespace, "
+                        "where no length column is read)")
     p.add_argument("--tokenizer", metavar="DIR", help="count with a local Hugging Face tokenizer (its tokenizer.json)")
+    p.add_argument("--workers", type=integer, metavar="N",
+                   help="count the shards in N processes (default 1, this one; with --engine, the local cluster's "
+                        "workers, default 2)")
+    p.add_argument("--engine", choices=("dask",),
+                   help="count the shards as tasks on a Dask cluster: a local one, or --scheduler's")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --engine dask: the cluster's scheduler (tcp://HOST:8786), whose workers read the shards")
     p.add_argument("-o", "--out", default="lengths.json", metavar="FILE",
                    help="where to write the histogram (default lengths.json; '' not to write)")
     p.add_argument("--no-plot", action="store_true", help="print no plot")

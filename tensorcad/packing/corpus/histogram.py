@@ -77,6 +77,25 @@ class Lengths:
         values, counts = np.unique(array.ravel(), return_counts=True)
         return cls(tuple(values.tolist()), tuple(counts.tolist()), source)
 
+    def merge(self, *others: Lengths) -> Lengths:
+        """The histogram of these corpora together: each length's counts added, exactly (``Lengths.merge(a, b)``).
+
+        Counts are whole numbers summed in int64 (a histogram holds at most
+        2**50 documents), so shards merged in any order and any grouping give
+        the histogram of their concatenation to the document.
+        """
+        every = (self, *others)
+        if not all(isinstance(h, Lengths) for h in every):
+            raise TensorcadError("lengths", "merges only Lengths")
+        if sum(h.documents for h in every) > MAX_DOCUMENTS:  # checked first: then no int64 sum can overflow
+            raise TensorcadError("lengths", f"merged, more than {MAX_DOCUMENTS:,} documents")
+        unique, inverse = np.unique(np.concatenate([h.arrays[0] for h in every]), return_inverse=True)
+        counts = np.zeros(len(unique), dtype=np.int64)
+        np.add.at(counts, inverse, np.concatenate([h.arrays[1] for h in every]))
+        names = [h.source or "lengths" for h in every]
+        source = " + ".join(names) if len(names) <= 4 else f"{names[0]} + {len(names) - 1:,} more"
+        return Lengths(tuple(unique.tolist()), tuple(counts.tolist()), source)
+
     @classmethod
     def lognormal(cls, mean: float, spread: float, documents: int = 200_000) -> Lengths:
         """Log-normal lengths of a mean and coefficient of variation, one document per stratum.

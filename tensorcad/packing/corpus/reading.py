@@ -1,99 +1,243 @@
-"""Streaming a corpus into a histogram of document lengths (``tensorcad lengths``).
+"""Streaming one corpus file into a histogram of document lengths (``tensorcad lengths``).
 
-A corpus is JSONL (one object a line, the text under ``field``), Parquet (a
-text column, when ``pyarrow`` is installed) or plain text whose documents a
-``separator`` divides. Each document's tokens are counted by UTF-8 bytes, by
-whitespace-separated words, or by a local Hugging Face tokenizer directory
-(its ``tokenizer.json``, through the ``tokenizers`` package). Only the
-histogram is kept, so memory stays flat however large the corpus: documents
-are read a line or a chunk at a time and counted in batches.
+A corpus file is JSONL (``.jsonl``, ``.ndjson``: one object a line), Parquet
+(``.parquet``), Arrow (``.arrow``: the shards ``datasets``' ``save_to_disk``
+writes) or plain text whose documents a ``separator`` divides; JSONL and text
+may be compressed (``.gz``, or ``.zst`` with ``zstandard``). A document's length
+is a column the file already holds (``token_count`` or ``length``, or the one
+``Counting.column`` names), or its text's tokens: UTF-8 bytes, whitespace-
+separated words, or a local Hugging Face tokenizer (its ``tokenizer.json``,
+through ``tokenizers``, in batches). Only the histogram is kept, so memory stays
+flat however large the file: it is read a line, a chunk or a record batch at a time.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from tensorcad.errors import TensorcadError
+import numpy as np
+
+from tensorcad.errors import TensorcadError, shown
 
 from .histogram import MAX_LENGTH, Lengths
 
 COUNTERS = ("bytes", "whitespace", "tokenizer")
+# Columns that already hold each document's tokens, in the order they are looked for.
+LENGTH_COLUMNS = ("token_count", "length")
 DEFAULT_SEPARATOR = "\n\n"
 BATCH = 256  # documents counted at once (a tokenizer encodes a batch in parallel)
+ROWS = 65_536  # rows of a length column read at once
 CHUNK = 1 << 20  # bytes of plain text read at a time
+KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text"}
+COMPRESSED = (".gz", ".zst")
 
 
-def _jsonl(path: Path, field: str, seen: Callable[[int], None]) -> Iterator[str]:
-    with path.open("rb") as f:
+@dataclass(frozen=True)
+class Counting:
+    """How a corpus's documents become lengths.
+
+    ``by`` is ``bytes``, ``whitespace`` or ``tokenizer`` (a ``tokenizer``
+    directory given means ``tokenizer``); None reads a length column where a
+    file has one (``column``, else the first of ``LENGTH_COLUMNS``) and counts
+    whitespace-separated words of ``field`` where it has none.
+    """
+
+    field: str = "text"
+    separator: str = DEFAULT_SEPARATOR
+    by: str | None = None
+    tokenizer: str | None = None
+    column: str | None = None
+
+    def key(self, names: Iterable[str], where: str, noun: str = "column") -> tuple[str, bool]:
+        """The column (or JSON field) to read of a file that has these, and whether it holds lengths."""
+        names = list(names)
+        if self.column is not None:
+            if self.column not in names:
+                raise TensorcadError(where, f"no length {noun} {self.column!r} ({noun}s: {', '.join(names)})")
+            return self.column, True
+        if self.by is None and self.tokenizer is None:
+            for name in LENGTH_COLUMNS:
+                if name in names:
+                    return name, True
+        if self.field not in names:
+            raise TensorcadError(where, f"no {noun} {self.field!r} ({noun}s: {', '.join(names)}; "
+                                        "choose one with --field)")
+        return self.field, False
+
+
+def kind_of(path: Path) -> str:
+    """``jsonl``, ``parquet``, ``arrow`` or ``text``, by the suffix under any compression's."""
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] in COMPRESSED:
+        suffixes.pop()
+    return KINDS.get(suffixes[-1] if suffixes else "", "text")
+
+
+def open_bytes(path: Path):
+    """The file's bytes, decompressed by its suffix (``.gz``, ``.zst``)."""
+    suffix = path.suffix.lower()
+    if suffix == ".gz":
+        return gzip.open(path, "rb")
+    if suffix == ".zst":
+        try:
+            import zstandard
+        except ModuleNotFoundError:
+            raise TensorcadError(str(path), "reading .zst needs zstandard: pip install 'tensorcad[corpus]'") from None
+        import io
+
+        # Buffered: zstandard's reader reads, but does not iterate lines.
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(path.open("rb"), closefd=True))
+    return path.open("rb")
+
+
+def _unreadable() -> tuple[type[BaseException], ...]:
+    """What a damaged compressed stream raises: gzip's OSError and EOFError, zstandard's ZstdError."""
+    try:
+        from zstandard import ZstdError
+    except ModuleNotFoundError:
+        return OSError, EOFError
+    return OSError, EOFError, ZstdError
+
+
+def _records(path: Path, seen: Callable[[int], None]) -> Iterator[tuple[int, object]]:
+    with open_bytes(path) as f:
         for number, line in enumerate(f, start=1):
             seen(len(line))
             if not line.strip():
                 continue
             try:
-                record = json.loads(line)
+                yield number, json.loads(line)
             except (json.JSONDecodeError, UnicodeDecodeError) as e:
                 raise TensorcadError(f"{path}:{number}", f"not a JSON line: {getattr(e, 'msg', e)}") from None
-            if not isinstance(record, dict) or field not in record:
-                raise TensorcadError(f"{path}:{number}", f"no field {field!r} (choose one with --field)")
-            text = record[field]
-            if not isinstance(text, str):
-                raise TensorcadError(f"{path}:{number}", f"field {field!r} is {type(text).__name__}, not text")
-            yield text
 
 
-def _text(path: Path, separator: str, seen: Callable[[int], None]) -> Iterator[str]:
+def _jsonl(path: Path, counting: Counting, seen: Callable[[int], None]) -> Iterator[tuple[bool, list]]:
+    """Batches of one field's values, and whether they are lengths (the field chosen from the first record)."""
+    key, lengths, batch = None, False, []
+    for number, record in _records(path, seen):
+        where = f"{path}:{number}"
+        if not isinstance(record, dict):
+            raise TensorcadError(where, f"no field {key or counting.field!r} (a line is one JSON object)")
+        if key is None:
+            key, lengths = counting.key(record, where, "field")
+        if key not in record:
+            raise TensorcadError(where, f"no field {key!r} (choose one with --field)")
+        value = record[key]
+        if lengths:
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LENGTH:
+                raise TensorcadError(where, f"{key} {shown(value)} is not a length (0..{MAX_LENGTH:,} tokens)")
+        elif not isinstance(value, str):
+            raise TensorcadError(where, f"field {key!r} is {type(value).__name__}, not text")
+        batch.append(value)
+        if len(batch) == BATCH:
+            yield lengths, batch
+            batch = []
+    if batch:
+        yield lengths, batch
+
+
+def _texts(path: Path, separator: str, seen: Callable[[int], None]) -> Iterator[str]:
+    import codecs
+
     if not separator:
         raise TensorcadError("--separator", "must not be empty")
-    rest = ""
-    with path.open("r", encoding="utf-8", errors="strict", newline="") as f:
+    decoder, rest = codecs.getincrementaldecoder("utf-8")("strict"), ""
+    with open_bytes(path) as f:
         while True:
+            data = f.read(CHUNK)
+            seen(len(data))
             try:
-                chunk = f.read(CHUNK)
+                chunk = decoder.decode(data, final=not data)
             except UnicodeDecodeError:
                 raise TensorcadError(str(path), "is not UTF-8 text") from None
-            if not chunk:
+            if not data:
                 break
-            seen(len(chunk.encode("utf-8")))
             pieces = (rest + chunk).split(separator)
             rest = pieces.pop()
             yield from pieces
     yield rest
 
 
-def _parquet(path: Path, field: str, seen: Callable[[int], None]) -> Iterator[str]:
+def _table(path: Path, kind: str):
+    """A Parquet or Arrow file's schema names, rows (None: unknown) and ``batches(column, size)``."""
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
     except ModuleNotFoundError:
-        raise TensorcadError(str(path), "reading Parquet needs pyarrow: pip install 'tensorcad[corpus]'") from None
+        raise TensorcadError(str(path), f"reading {kind.title()} needs pyarrow: pip install 'tensorcad[corpus]'") from None
     try:
-        table = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow's own error types
-        raise TensorcadError(str(path), f"not a Parquet file: {e}") from None
-    if field not in table.schema_arrow.names:
-        raise TensorcadError(str(path), f"no column {field!r} (columns: {', '.join(table.schema_arrow.names)})")
-    per_row = path.stat().st_size / max(table.metadata.num_rows, 1)
-    for batch in table.iter_batches(columns=[field], batch_size=BATCH):
-        seen(int(per_row * batch.num_rows))
-        for text in batch.column(0).to_pylist():
-            if text is not None:
-                yield text
+        if kind == "parquet":
+            file = pq.ParquetFile(path)
+            return (file.schema_arrow.names, file.metadata.num_rows,
+                    lambda column, size: file.iter_batches(columns=[column], batch_size=size))
+        reader = pa.ipc.open_stream(pa.memory_map(str(path)))  # datasets writes Arrow streams
+    except Exception as e:  # pyarrow raises its own types for a bad file
+        raise TensorcadError(str(path), f"not a {kind.title()} file: {e}") from None
+
+    def batches(column, size):
+        index = reader.schema.names.index(column)
+        for batch in reader:
+            for start in range(0, batch.num_rows, size):
+                yield batch.slice(start, size).select([index])
+
+    return reader.schema.names, None, batches
+
+
+def _columnar(path: Path, kind: str, counting: Counting, seen: Callable[[int], None]) -> Iterator[tuple[bool, list]]:
+    names, rows, batches = _table(path, kind)
+    key, lengths = counting.key(names, str(path))
+    per_row, row = path.stat().st_size / max(rows or 1, 1), 0
+    for batch in batches(key, ROWS if lengths else BATCH):
+        column = batch.column(0)
+        seen(int(per_row * batch.num_rows) if rows else column.nbytes)
+        if lengths:
+            yield True, _length_column(column, f"{path}: row", row, key)
+        else:
+            yield False, ["" if text is None else text for text in column.to_pylist()]  # null: an empty document
+        row += batch.num_rows
+
+
+def _length_column(column, where: str, first_row: int, key: str) -> np.ndarray:
+    """An Arrow column of lengths as numpy, checked: no nulls, whole numbers, each 0..MAX_LENGTH."""
+    if column.null_count:
+        raise TensorcadError(f"{where} {first_row + column.is_null().to_numpy(zero_copy_only=False).argmax()}",
+                             f"{key} is null")
+    return checked_lengths(column.to_numpy(zero_copy_only=False), where, first_row, key)
+
+
+def checked_lengths(array: np.ndarray, where: str, first_row: int, key: str) -> np.ndarray:
+    """A numpy column of lengths, checked; a bad one names ``{where} {row}``."""
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TensorcadError(f"{where} {first_row}", f"column {key!r} is {array.dtype}, not whole numbers of tokens")
+    bad = np.flatnonzero((array < 0) | (array > MAX_LENGTH))
+    if len(bad):
+        raise TensorcadError(f"{where} {first_row + int(bad[0])}",
+                             f"{key} {int(array[bad[0]]):,} is not a length (0..{MAX_LENGTH:,} tokens)")
+    return array
+
+
+def _batches(path: Path, counting: Counting, seen: Callable[[int], None]) -> Iterator[tuple[bool, list]]:
+    """A file's documents in batches: (True, lengths) from a length column, (False, texts) to count."""
+    kind = kind_of(path)
+    if kind == "jsonl":
+        return _jsonl(path, counting, seen)
+    if kind in ("parquet", "arrow"):
+        return _columnar(path, kind, counting, seen)
+    texts = _texts(path, counting.separator, seen)
+    return ((False, batch) for batch in iter(lambda: [t for _, t in zip(range(BATCH), texts)], []))
 
 
 def documents(path: str | Path, field: str = "text", separator: str = DEFAULT_SEPARATOR,
               seen: Callable[[int], None] = lambda n: None) -> Iterator[str]:
-    """The documents of one corpus file, by its suffix; ``seen(bytes)`` hears of progress."""
-    path = Path(path)
-    if not path.is_file():
-        raise TensorcadError(str(path), "is not a file")
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return _jsonl(path, field, seen)
-    if suffix == ".parquet":
-        return _parquet(path, field, seen)
-    return _text(path, separator, seen)
+    """The texts of one corpus file's documents, by its suffix; ``seen(bytes)`` hears of progress."""
+    path = _file(path)
+    counting = Counting(field=field, separator=separator, by="whitespace")  # the text, never a length column
+    return (text for _, batch in _batches(path, counting, seen) for text in batch)
 
 
 def counter(by: str, tokenizer: str | Path | None = None) -> Callable[[list[str]], list[int]]:
@@ -122,45 +266,77 @@ def counter(by: str, tokenizer: str | Path | None = None) -> Callable[[list[str]
     return lambda batch: [len(e.ids) for e in encoder.encode_batch(batch, add_special_tokens=False)]
 
 
-def count_lengths(paths: Iterable[str | Path], *, field: str = "text", separator: str = DEFAULT_SEPARATOR,
-                  by: str = "whitespace", tokenizer: str | Path | None = None,
-                  progress: Callable[[int], None] | None = None) -> tuple[Lengths, int]:
-    """The histogram of the corpus's document lengths, and how many empty documents were skipped."""
-    count = counter(by, tokenizer)
+class Tally:
+    """Documents counted into a histogram: lengths as they come, texts through the counter (made on first need)."""
+
+    def __init__(self, counting: Counting):
+        self.counting, self.table, self.empty = counting, Counter(), 0
+        self._count: Callable[[list[str]], list[int]] | None = None
+
+    def add(self, lengths: bool, batch) -> None:
+        if not lengths:
+            if self._count is None:
+                self._count = counter(self.counting.by or "whitespace", self.counting.tokenizer)
+            batch = self._count(batch)
+        values, counts = np.unique(np.asarray(batch, dtype=np.int64), return_counts=True)
+        if len(values) and values[0] == 0:  # an empty document holds no token: counted, and skipped
+            self.empty += int(counts[0])
+            values, counts = values[1:], counts[1:]
+        self.table.update(dict(zip(values.tolist(), counts.tolist())))
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, int]:
+        """The histogram as (lengths, counts, empty documents): small, and cheap to send between processes."""
+        values = np.array(sorted(self.table), dtype=np.int64)
+        return values, np.array([self.table[v] for v in values.tolist()], dtype=np.int64), self.empty
+
+
+def _file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise TensorcadError(str(path), "is not a file")
+    return path
+
+
+def count_file(path: str | Path, counting: Counting = Counting(),
+               seen: Callable[[int], None] = lambda n: None) -> tuple[np.ndarray, np.ndarray, int]:
+    """One file's histogram as (lengths, counts, empty documents): what a worker sends back."""
+    tally = Tally(counting)
+    path = _file(path)
+    try:
+        for lengths, batch in _batches(path, counting, seen):
+            tally.add(lengths, batch)
+    except _unreadable() as e:
+        raise TensorcadError(str(path), f"cannot be read: {e or type(e).__name__}") from None
+    return tally.arrays()
+
+
+def lengths_of_counts(parts: Iterable[tuple[np.ndarray, np.ndarray, int]], name: str) -> tuple[Lengths, int]:
+    """Histograms as (lengths, counts, empty) merged into ``Lengths``, exactly, and the empty documents."""
     table: Counter[int] = Counter()
     empty = 0
-    seen = progress or (lambda n: None)
-    paths = [Path(p) for p in paths]
-    for path in paths:
-        batch: list[str] = []
-        for text in documents(path, field, separator, seen):
-            batch.append(text)
-            if len(batch) == BATCH:
-                empty += _add(table, count(batch))
-                batch.clear()
-        empty += _add(table, count(batch))
+    for values, counts, skipped in parts:
+        table.update(dict(zip(np.asarray(values).tolist(), np.asarray(counts).tolist())))
+        empty += int(skipped)
     if not table:
-        raise TensorcadError(", ".join(map(str, paths)), "holds no non-empty documents")
+        raise TensorcadError(name, "holds no non-empty documents")
     values = sorted(table)
     if values[-1] > MAX_LENGTH:
-        raise TensorcadError(", ".join(map(str, paths)), f"a document of {values[-1]:,} tokens is longer "
-                                                          f"than {MAX_LENGTH:,}")
-    return Lengths(tuple(values), tuple(table[v] for v in values), ", ".join(map(str, paths))), empty
+        raise TensorcadError(name, f"a document of {values[-1]:,} tokens is longer than {MAX_LENGTH:,}")
+    return Lengths(tuple(values), tuple(table[v] for v in values), name), empty
 
 
-def _add(table: Counter, lengths: list[int]) -> int:
-    empty = 0
-    for n in lengths:
-        if n > 0:
-            table[n] += 1
-        else:
-            empty += 1
-    return empty
+def count_lengths(paths: Iterable[str | Path], *, field: str = "text", separator: str = DEFAULT_SEPARATOR,
+                  by: str | None = None, tokenizer: str | Path | None = None, column: str | None = None,
+                  progress: Callable[[int], None] | None = None) -> tuple[Lengths, int]:
+    """The histogram of the files' document lengths, in this process, and how many empty documents were skipped."""
+    counting = Counting(field, separator, by, None if tokenizer is None else str(tokenizer), column)
+    paths = [Path(p) for p in paths]
+    seen = progress or (lambda n: None)
+    return lengths_of_counts((count_file(p, counting, seen) for p in paths), ", ".join(map(str, paths)))
 
 
 def plot(lengths: Lengths, width: int = 72, height: int = 16) -> str:
     """A terminal bar chart of documents by length, in power-of-two bins (plotext)."""
-    import numpy as np
     import plotext as plt
 
     values, counts = lengths.arrays
