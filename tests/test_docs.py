@@ -59,6 +59,7 @@ def test_the_example_runs(page, lang, code, files, note, tmp_path):
     if note and note.startswith("not run:"):
         pytest.skip(f"{page}: {note}")
     for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)  # a file in a folder: shards/part-0.jsonl
         (tmp_path / name).write_text(text)
     if lang == "bash":
         for command in _commands(code):  # in order, in one folder: a later line reads what an earlier wrote

@@ -244,8 +244,8 @@ def render(report: Report):
         if k.packing is not None:
             s = k.packing
             t.add_row("  rows", f"{s['padding']:.2%} padding",
-                      f"{s['truncated']:.2%} of documents truncated, {s['split']:.2%} split, "
-                      f"{s['documentsPerRow']:.2f} a row; figures per real token")
+                      f"{s['truncated']:.2%} of documents truncated ({s['tokensDropped']:.2%} of tokens dropped), "
+                      f"{s['split']:.2%} split, {s['documentsPerRow']:.2f} a row; figures per real token")
         if op.packing is not None and op.packing.lengths is not None:
             L = op.packing.lengths.summary()
             t.add_row("  lengths", f"{L['documents']:,} documents",

@@ -45,3 +45,16 @@ def test_the_log_normal_table_has_the_asked_shape():
     lengths = evidence.lognormal_lengths(1024, 3.0)
     assert lengths.documents == 200_000
     assert lengths.mean == pytest.approx(1024, rel=0.005) and lengths.spread == pytest.approx(3.0, rel=0.03)
+
+
+def test_the_strategy_table_drops_what_truncation_cuts_off_and_only_there():
+    """Tokens dropped: count * (length - 8,192)+ summed over the table's histogram, by the strategies that truncate."""
+    import numpy as np
+
+    lengths = evidence.lognormal_lengths(1024, 3.0)
+    every = np.repeat(lengths.values, lengths.counts)
+    cut = np.maximum(every - evidence.SEQ, 0).sum() / every.sum()
+    for row in evidence.strategy_rows():
+        truncates = row["strategy"] in ("bfd", "ffd", "pad", "trl-bfd", "torchtune")
+        assert row["tokensDropped"] == pytest.approx(cut if truncates else 0.0, rel=1e-9, abs=0)
+        assert (row["truncated"] > 0) == truncates

@@ -30,7 +30,8 @@ export function renderReadout(report) {
         `a kernel computing whole 128 × 128 blocks: ${si(k.fwdAttentionBlocks, "FLOP")} a token`, "sub packed");
     if (k.packing && k.packing.strategy !== "stream") {
       row("padding", "flops.packed.packing.padding", k.packing.padding, percent(k.packing.padding),
-          `${k.packing.strategy}: figures per real token; ${percent(k.packing.truncated)} of documents truncated`,
+          `${k.packing.strategy}: figures per real token; ${percent(k.packing.truncated)} of documents truncated, ` +
+          `${percent(k.packing.tokensDropped)} of tokens dropped`,
           "sub packed");
     }
   }
