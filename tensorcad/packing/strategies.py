@@ -205,9 +205,9 @@ def _cut_off(packing: Packing, seq: int) -> float:
         return max(length - seq, 0.0) / length
     from scipy.special import gammaincc  # here, not at load: see settings.document_lengths
 
-    # Gamma lengths: E[(L - a)+] = mu Q(k + 1, a / theta) - a Q(k, a / theta).
+    # Gamma lengths: E[(L - a)+] = mu Q(k + 1, a / theta) - a Q(k, a / theta) (clamped: far out, the two cancel).
     shape, scale = 1.0 / packing.spread**2, packing.mean * packing.spread**2
-    return float(gammaincc(shape + 1, seq / scale) - seq / packing.mean * gammaincc(shape, seq / scale))
+    return max(0.0, float(gammaincc(shape + 1, seq / scale) - seq / packing.mean * gammaincc(shape, seq / scale)))
 
 
 def _boundaries(bins: Bins, picked: np.ndarray, real: np.ndarray) -> RowBoundaries:

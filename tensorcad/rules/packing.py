@@ -69,13 +69,17 @@ def _packed_figures(op, context, strategy: str | None = None) -> dict | None:
                                                 ROWS).packed.to_json()}
 
 
+def _past(op, context, figure: str, limit: float) -> dict | None:
+    """The packing's figures when one of them is past its limit, else None."""
+    found = None if op is None or op.packing is None else _packed_figures(op, context)
+    return found if found is not None and found[figure] > limit else None
+
+
 @rule("packing-drops-tokens", "warn", f"a packing that drops more than {DROP_SHARE:.1%} of the corpus's tokens "
       "(documents longer than a row cut to one), naming the strategy that keeps them")
 def packing_drops_tokens(design: Design, op, context) -> Iterator[Diagnostic]:
-    if op is None or op.packing is None:
-        return
-    found = _packed_figures(op, context)
-    if found is None or found["tokensDropped"] <= DROP_SHARE:
+    found = _past(op, context, "tokensDropped", DROP_SHARE)
+    if found is None:
         return
     keeper = _packed_figures(op, context, KEEPS[op.packing.strategy])
     yield Diagnostic(
@@ -90,10 +94,8 @@ def packing_drops_tokens(design: Design, op, context) -> Iterator[Diagnostic]:
 
 @rule("packing-pads", "warn", f"rows more than {PAD_SHARE:.0%} padding, naming the strategy that fills them")
 def packing_pads(design: Design, op, context) -> Iterator[Diagnostic]:
-    if op is None or op.packing is None:
-        return
-    found = _packed_figures(op, context)
-    if found is None or found["padding"] <= PAD_SHARE:
+    found = _past(op, context, "padding", PAD_SHARE)
+    if found is None:
         return
     filler = _packed_figures(op, context, FILLS.get(op.packing.strategy, "stream"))
     yield Diagnostic(

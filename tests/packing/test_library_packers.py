@@ -209,6 +209,16 @@ def test_tokens_dropped_are_what_truncation_cuts_off_the_histogram(strategy):
                                              / HISTOGRAM.documents if truncates else 0.0, rel=0.05)
 
 
+@pytest.mark.parametrize("mean, spread, seq", [(1024, 2.0, 8192), (3000, 1.0, 4096), (512, 0.5, 1024)])
+def test_tokens_dropped_from_gamma_lengths_are_what_a_million_documents_lose(mean, spread, seq):
+    """The gamma's closed form against a million i.i.d. gamma lengths rounded to whole tokens, cut at the row."""
+    draws = np.random.default_rng(0).gamma(1 / spread**2, mean * spread**2, 1_000_000)
+    every = np.maximum(np.floor(draws + 0.5), 1)
+    lost = np.maximum(every - seq, 0).sum() / every.sum()
+    assert draw_packed(Packing(mean, spread, strategy="trl-bfd"), 64, seq).dropped == pytest.approx(lost, rel=0.03)
+    assert draw_packed(Packing(10_000, 0, strategy="pad"), 64, seq).dropped == (10_000 - seq) / 10_000
+
+
 def test_positions_continue_where_torchtune_splits_across_packs():
     """torchtune-split continues a document's positions into the next pack; its mask still keeps pieces apart."""
     lengths = lognormal(1024, 3.0, 5000, seed=9)
