@@ -171,7 +171,8 @@ def parser() -> argparse.ArgumentParser:
                        "datasets folder's shards), or plain text split by --separator. A token_count or length "
                        "column is read where a shard has one. Streams: memory stays flat. With --merge, CORPUS "
                        "is histograms (what this command writes) to add up.")
-    p.add_argument("corpus", nargs="+", metavar="CORPUS")
+    p.add_argument("corpus", nargs="+", metavar="CORPUS",
+                   help="corpus files, folders of shards or globs (with --merge: histograms)")
     p.add_argument("--merge", action="store_true",
                    help="add up the histograms CORPUS names, exactly, instead of counting documents")
     p.add_argument("--field", default="text", help="the JSONL field or Parquet column of the text (default text)")

@@ -92,6 +92,7 @@ PRESETS = preset_names()
     ("llama-3-8b-documents", {"seq": 8192, "packing": {"lengths": {"100": 3, "3000": 1}, "strategy": "split"},
                               "count": "blocks"}),
     ("nano-sort", {"packing": {"mean": 32, "strategy": "ffd"}, "cp": {"size": 2, "shard": "per-document"}}),
+    ("llama-3-8b-documents", {"seq": 8192, "packing": {"mean": 1024, "spread": 3, "strategy": "trl-bfd"}}),
 ])
 def test_every_preset_s_report_fits_analyze_s_declared_schema(design, op):
     jsonschema = pytest.importorskip("jsonschema")

@@ -3,7 +3,9 @@
 The Must-show of issue 31 on the engine: 8 shards counted on the cluster are
 the histogram of their concatenation, exactly, through ``lengths_on`` over
 Dask's own readers and through the CLI's ``--engine dask`` against the
-cluster's address. References are counted in ``shard_corpora``.
+cluster's address. References are counted in ``shard_corpora``. The tests on
+the cluster run under ``-m slow`` (its processes take seconds to start); the
+histograms they merge are the ones ``test_shards.py`` holds in one process.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def corpus(tmp_path_factory):
     return documents, shards, whole
 
 
+@pytest.mark.slow  # a cluster of 2 worker processes: seconds to start and to run on
 def test_the_local_cluster_is_two_worker_processes_on_this_machine_only(client):
     workers = client.scheduler_info()["workers"]
     assert len(workers) == 2 and client.scheduler.address.startswith("tcp://127.0.0.1:")
@@ -46,6 +49,7 @@ def test_the_local_cluster_is_two_worker_processes_on_this_machine_only(client):
     assert len(set(pids.values())) == 2 and __import__("os").getpid() not in pids.values()
 
 
+@pytest.mark.slow
 def test_eight_shards_on_the_cluster_are_the_concatenation_exactly(client, corpus, tmp_path, capsys):
     documents, shards, _ = corpus
     expected = words_of(documents)
@@ -63,6 +67,7 @@ def test_eight_shards_on_the_cluster_are_the_concatenation_exactly(client, corpu
     assert load_lengths(out) == expected
 
 
+@pytest.mark.slow
 def test_lengths_on_dasks_own_readers(client, corpus, tmp_path):
     documents, shards, whole = corpus
     expected = words_of(documents)
@@ -81,6 +86,7 @@ def test_lengths_on_dasks_own_readers(client, corpus, tmp_path):
     assert lengths_on(frame, by="bytes") == Lengths((1,), (len(counts),))  # the text column, "x" a row
 
 
+@pytest.mark.slow
 def test_a_tokenizer_counts_on_the_workers(client, corpus, tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
@@ -93,10 +99,14 @@ def test_a_tokenizer_counts_on_the_workers(client, corpus, tmp_path):
     assert lengths_on(db.from_sequence(documents, npartitions=4), tokenizer=tmp_path) == expected
 
 
+@pytest.mark.slow
 def test_an_error_on_a_worker_comes_back_as_itself(client):
     with pytest.raises(TensorcadError, match="token_count -3 is not a length") as caught:
         lengths_on(dd.from_dict({"token_count": [1, 2, 5, -3]}, npartitions=2))
     assert caught.value.path == "dataset: partition 1 row 1"
+
+
+def test_what_is_not_a_collection_is_refused():
     with pytest.raises(TensorcadError, match="expected a Dask DataFrame, Series or Bag, or a Hugging Face Dataset"):
         lengths_on([1, 2, 3])
 
