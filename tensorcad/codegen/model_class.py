@@ -120,9 +120,11 @@ class ModelWriter:
             # The contract tensorcad's runtime reads, as attributes rather than module globals.
             lines[3:3] = [
                 "    # What tensorcad's runtime reads of this module: its masks, a recorder of",
-                "    # attend calls, which pieces torch.compile is tried on, the paths that ran.",
+                "    # attend calls, a context-parallel rank's block mask, which pieces",
+                "    # torch.compile is tried on, the paths that ran.",
                 "    masks = MASKS",
                 "    recording_attend = staticmethod(recording_attend)",
+                "    cp_block_mask = staticmethod(cp_block_mask)",
                 "    compile_pieces = COMPILE",
                 "    runtime_paths = RUNTIME_PATHS",
                 "",

@@ -3,7 +3,8 @@
 These are source text, not code this package runs: `tensorcad.generate` pastes them
 into the module it writes (`IMPORTS` first, the runtimes before the design's mask
 factories and modules). The block mask built from ranges is text of its own
-(`block_ranges_runtime`), pasted into the attention runtime after `_block_mask`.
+(`block_ranges_runtime`), pasted into the attention runtime after `_block_mask`, and so is
+each context-parallel rank's block mask (`cp_block_mask_runtime`).
 Nothing here imports torch; the engine must stay free of it.
 
 The contract with the generator (names the generated code calls):
@@ -13,6 +14,8 @@ The contract with the generator (names the generated code calls):
 - `_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device)`, `RUNTIME_PATHS`, `COMPILE`
 - a mask whose blocks the ranges decide exactly carries `ranges`
   (`design.block_ranges`): its block mask is built from them, never point by point
+- `cp_block_mask(mask_mod, layout, rank, world_size, B, H)`, `cp_mask_mod(...)`: a
+  context-parallel rank's queries against the gathered keys (the same ranges)
 - `rotary_tables(head_dim, max_len, theta)`, `rotate(x, cos, sin, positions=None)`
 - a mask factory marks the `mask_mod` it returns with `reads` (the tensors it indexes)
   and, optionally, `uses_batch` / `uses_head` (see the legend in ATTENTION_RUNTIME).
@@ -21,6 +24,7 @@ The contract with the generator (names the generated code calls):
 from __future__ import annotations
 
 from .block_ranges_runtime import BLOCK_MASK_FROM_RANGES
+from .cp_block_mask_runtime import CP_BLOCK_MASK
 
 IMPORTS = '''\
 import contextlib
@@ -172,7 +176,7 @@ def _block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device):
     return block_mask
 
 
-''' + BLOCK_MASK_FROM_RANGES + '''def _state_of(t):
+''' + BLOCK_MASK_FROM_RANGES + CP_BLOCK_MASK + '''def _state_of(t):
     """What changes when t is edited in place: its version counter, or (for a
     tensor made under torch.inference_mode, which keeps none) a copy of it."""
     try:
