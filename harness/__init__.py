@@ -10,6 +10,7 @@ assert_step_faithful(model, batch, reduction="token", accumulation="num_items_in
 assert_closed_form(design, op, rel=0.02)
 assert_block_counts_agree(design, op, rows=64)
 assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model, packed position_ids
+assert_cp_plan(plan, batch, world_size)                     # a context-parallel split loses and leaks nothing
 ```
 
 None of these needs pytest. Names load on first use, so the plugin (which
@@ -36,6 +37,7 @@ _LAZY = {
     "assert_closed_form": "harness.assertions",
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",
+    "assert_cp_plan": "harness.context_parallel",
     "adapt": "tensorcad.hf",
     "call": "tensorcad.hf",
     "hf_causal_lm": "tensorcad.hf",

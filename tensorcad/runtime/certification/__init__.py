@@ -17,6 +17,9 @@
   documents, labels, their shift) and ``training_step`` (how the loop makes
   its loss, how a document runs alone); ``next_token``: the generated
   models' training loss;
+- the context-parallel plan: ``cp_plan`` (a plan read, in any of its forms),
+  ``cp_certificate`` (held to the batch it splits: ``check_cp_plan``) and
+  ``cp_faithful`` (each rank's attention against the unsharded);
 - the design's checks: ``mask_checks`` (block counts and kept scores against
   PyTorch), ``closed_form_check``, ``goldens``, and ``verify_checks`` with
   ``verification`` (``tensorcad verify``); ``positions_probe``: the
@@ -77,6 +80,13 @@ _LAZY = {
     "check_gradient_isolation": ".gradients:check_gradient_isolation",
     "GradientResult": ".gradients:GradientResult",
     "ModelSubject": ".model_subject:ModelSubject",
+    # the context-parallel plan: read in any form, held to the batch, each rank's attention
+    "check_cp_plan": ".cp_certificate:check_cp_plan",
+    "CpPlanResult": ".cp_certificate:CpPlanResult",
+    "cp_plan_check": ".cp_certificate:cp_plan_check",
+    "plan_of": ".cp_plan:plan_of",
+    "batch_of": ".cp_plan:batch_of",
+    "check_cp_faithful": ".cp_faithful:check_cp_faithful",
     "import_factory": ".model_subject:import_factory",
     "collated_batch": ".model_subject:collated_batch",
     "vocab_of_model": ".model_subject:vocab_of_model",

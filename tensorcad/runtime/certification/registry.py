@@ -30,6 +30,7 @@ from .certificates import (  # noqa: F401
     gradients_check,
     tokens_check,
 )
+from .cp_certificate import cp_plan_check
 from .mask_checks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
 from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
 from .verify_checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
@@ -179,12 +180,15 @@ REGISTRY: dict[str, Spec] = {spec.name: spec for spec in (
          _step("step[accumulation]"), "step"),
     Spec("eval[parity]", "the packed loss in eval mode equals the documents evaluated unpacked (one a padded "
                          "row) under the token mean, beyond rounding", _step("eval[parity]"), "step"),
+    Spec("cp-plan", "each sharding the analysis counts, over two ranks, puts every token on one rank and "
+                    "each rank's attention over its shard with the gathered keys equal to the unsharded",
+         cp_plan_check),
 )}
 
 CERTIFY = ("rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",
            "golden[analysis]", "golden[rules]", "golden[codegen]", "export", *STEP_CHECKS)
 VERIFY = ("forward", "flops", "export", "rules", "isolation[eager]", "isolation[flex]",
-          "fused-equals-eager", "closed-form", "block-counts", "kept-scores")
+          "fused-equals-eager", "closed-form", "block-counts", "kept-scores", "cp-plan")
 GOLDENS = tuple(n for n in CERTIFY if n.startswith("golden["))
 
 
