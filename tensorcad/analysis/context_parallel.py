@@ -67,9 +67,8 @@ class ContextParallel:
         if self.shard == "per-document":
             return  # documents and the row are padded to fit
         if self.shard == "headtail":
-            if seq % (2 * n):
-                raise TensorcadError("cp.size", f"head-tail cuts the row in 2 x {n} = {2 * n} chunks, "
-                                                f"which does not divide {seq:,} tokens")
+            if falls_back(self, seq):
+                return  # PyTorch's default balancer becomes none: the contiguous chunks are counted
             if (seq // (2 * n)) % block:
                 raise TensorcadError("cp.size", f"head-tail chunks of {seq // (2 * n):,} tokens are not whole "
                                                 f"{block}-token blocks; the engine counts blocks for whole-block chunks")
@@ -84,6 +83,16 @@ class ContextParallel:
         return {"size": self.size, "shard": self.shard}
 
 
+def falls_back(cp: ContextParallel, seq: int) -> bool:
+    """Whether PyTorch's default balancer (head-tail) becomes none for this row and shards it contiguously.
+
+    ``_create_default_load_balancer`` returns None unless the row divides into 2N
+    chunks, and ``context_parallel()`` then shards each buffer as DTensor does,
+    torch.chunk's pieces of ceil(T/N) tokens, without a word.
+    """
+    return cp.shard == "headtail" and seq % (2 * cp.size) != 0
+
+
 @dataclass(frozen=True)
 class RankWork:
     """Each row's work on each rank: ``blocks`` (rows, N) non-empty tiles, ``kept`` (rows, N)
@@ -94,6 +103,8 @@ class RankWork:
     kept: np.ndarray | None
     tokens: np.ndarray
     document_padding: np.ndarray | None = None  # (rows,) of the padding, what documents take to 2N multiples
+    undivisible: np.ndarray | None = None  # (rows,) per-document only: pieces whose length 2N does not divide
+    pieces: np.ndarray | None = None  # (rows,) per-document only: the row's document pieces
 
 
 def _mask_parts(attention, role_of):
@@ -149,14 +160,7 @@ def query_block_counts(attention, rows, block: int) -> np.ndarray:
     blocks = -(-seq // block)
     starts = np.arange(blocks, dtype=np.int64) * block
     if kinds is not None and kinds[0]:
-        causal, same, window = kinds
-        first = np.broadcast_to(np.zeros(blocks, dtype=np.int64), (count, blocks))
-        if same:
-            r = np.arange(count)[:, None]
-            first = starts[None, :] - rows.at("positions", r, starts[None, :])
-        if window is not None:
-            first = np.maximum(first, starts[None, :] - window + 1)
-        return np.arange(blocks)[None, :] - first // block + 1
+        return causal_block_counts(kinds, rows, starts, np.minimum(starts + block, seq), block)
     if kinds is not None and not kinds[1]:
         return np.full((count, blocks), blocks, dtype=np.int64)
     out = np.empty((count, blocks), dtype=np.int64)
@@ -168,6 +172,23 @@ def query_block_counts(attention, rows, block: int) -> np.ndarray:
         full, partial = _decide(keep, role_of, rows, row, np.zeros_like(row), qb, block, seq)
         out[lo:hi] = (full + partial).reshape(hi - lo, blocks)
     return out
+
+
+def causal_block_counts(kinds, rows, starts: np.ndarray, ends: np.ndarray, block: int) -> np.ndarray:
+    """(rows, query blocks): key blocks computed by the query blocks [starts, ends) of a causal mask.
+
+    A query keeps the keys from max(its document's start, q - W + 1) to itself, a
+    bound that never falls along the row: the block computes the key blocks from
+    the one holding its first query's bound to the one holding its last query.
+    """
+    _, same, window = kinds
+    first = np.broadcast_to(np.zeros(len(starts), dtype=np.int64), (rows.count, len(starts)))
+    if same:
+        r = np.arange(rows.count)[:, None]
+        first = starts[None, :] - rows.at("positions", r, starts[None, :])
+    if window is not None:
+        first = np.maximum(first, starts[None, :] - window + 1)
+    return (ends[None, :] - 1) // block - first // block + 1
 
 
 def _ordered_pieces(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -192,6 +213,14 @@ def _ordered_pieces(rows) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
     """(rows, query blocks): scores each query block keeps, exact; None unless the mask is
     causal (with a window or not) and/or same-document, the masks counted exactly."""
+    edges = np.minimum(np.arange(-(-rows.seq // block) + 1, dtype=np.int64) * block, rows.seq)
+    prefix = kept_before(attention, rows, edges)
+    return None if prefix is None else np.diff(prefix, axis=1)
+
+
+def kept_before(attention, rows, edges: np.ndarray) -> np.ndarray | None:
+    """(rows, edges): scores kept by the queries before each edge (0 <= edge <= seq), exact;
+    None unless the mask is causal (with a window or not) and/or same-document."""
     from .rows import tensor_roles
 
     role_of = dict(tensor_roles(attention))
@@ -200,11 +229,11 @@ def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
         return None
     causal, same, window = kinds
     seq, count = rows.seq, rows.count
-    edges = np.minimum(np.arange(-(-seq // block) + 1, dtype=np.int64) * block, seq)
+    edges = np.asarray(edges, dtype=np.int64)
     if not same:
         t = edges.astype(np.float64)
         prefix = below(t, window) if causal else t * seq
-        return np.broadcast_to(np.diff(prefix), (count, len(edges) - 1)).copy()
+        return np.broadcast_to(prefix, (count, len(edges))).copy()
     # F(t): scores kept by the queries before offset t = the whole pieces before
     # t's document, plus the part of its own: sum of min(p + 1, W) (causal) or p * n.
     lengths, piece_row, padding = _ordered_pieces(rows)
@@ -218,8 +247,8 @@ def query_block_kept(attention, rows, block: int) -> np.ndarray | None:
     p = rows.at("positions", r, t).astype(np.float64)
     part = np.where(padding[k], 0.0, below(p, window) if causal else p * n[k])
     prefix = before[k] - before[first_piece][:, None] + part
-    prefix[:, -1] = before[first_piece + np.diff(np.append(first_piece, len(n)))] - before[first_piece]
-    return np.diff(prefix, axis=1)
+    row_total = before[first_piece + np.diff(np.append(first_piece, len(n)))] - before[first_piece]
+    return np.where(edges[None, :] >= seq, row_total[:, None], prefix)
 
 
 def ptrr_ranks(counts: np.ndarray, size: int) -> np.ndarray:
@@ -260,13 +289,16 @@ def _by_rank(values: np.ndarray, ranks: np.ndarray, size: int) -> np.ndarray:
                        minlength=rows * size).reshape(rows, size)
 
 
-def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
-    """Every row's kept scores and computed blocks on each rank, exactly."""
+def rank_work(attention, rows, cp: ContextParallel, block: int, ranks: np.ndarray | None = None) -> RankWork:
+    """Every row's kept scores and computed blocks on each rank, exactly; ``ranks`` (rows, query
+    blocks) deals PTRR's blocks where another mask set the layout."""
     from .rows import tensor_roles
 
     _refuse_heads(attention)
     cp.fits(rows.seq, block)
     n = cp.size
+    if falls_back(cp, rows.seq):
+        return _contiguous_chunks(attention, rows, n, block)
     if cp.shard == "per-document":
         role_of = dict(tensor_roles(attention))
         _, kinds = _mask_parts(attention, role_of)
@@ -278,13 +310,43 @@ def rank_work(attention, rows, cp: ContextParallel, block: int) -> RankWork:
         lengths, piece_row = lengths[~padding], piece_row[~padding]
         blocks, kept, tokens, padding = per_document(lengths, piece_row, rows.count, n, block,
                                                      causal=kinds[0], window=kinds[2])
-        return RankWork(blocks=blocks, kept=kept, tokens=tokens, document_padding=padding)
+        undivisible = np.bincount(piece_row, weights=lengths % (2 * n) != 0, minlength=rows.count)
+        return RankWork(blocks=blocks, kept=kept, tokens=tokens, document_padding=padding,
+                        undivisible=undivisible, pieces=np.bincount(piece_row, minlength=rows.count))
     counts = query_block_counts(attention, rows, block)
-    ranks = block_ranks(cp.shard, counts, n)
+    if ranks is None or cp.shard != "ptrr":
+        ranks = block_ranks(cp.shard, counts, n)
     kept = query_block_kept(attention, rows, block)
     return RankWork(blocks=_by_rank(counts, ranks, n).astype(np.int64),
                     kept=None if kept is None else _by_rank(kept, ranks, n),
                     tokens=np.full(rows.count, rows.seq, dtype=np.int64))
+
+
+def _contiguous_chunks(attention, rows, n: int, block: int) -> RankWork:
+    """PyTorch's fallback: rank r holds torch.chunk's piece r, ceil(T/N) tokens from r·ceil(T/N).
+
+    Its queries are cut in blocks from its own first token, so they are counted
+    for causal masks in closed form (``causal_block_counts``); kept scores at
+    the chunk edges (``kept_before``).
+    """
+    from .rows import tensor_roles
+
+    seq = rows.seq
+    _, kinds = _mask_parts(attention, dict(tensor_roles(attention)))
+    if kinds is None or not kinds[0]:
+        raise TensorcadError("cp.size", f"PyTorch's default balancer becomes none at {seq:,} tokens (not divisible "
+                                        f"by 2 x {n}); the contiguous chunks it leaves are counted for causal "
+                                        "masks only")
+    chunk = -(-seq // n)
+    edges = np.minimum(np.arange(n + 1) * chunk, seq)
+    blocks = np.zeros((rows.count, n), dtype=np.int64)
+    for r in range(n):
+        starts = np.arange(edges[r], edges[r + 1], block, dtype=np.int64)
+        if len(starts):
+            ends = np.minimum(starts + block, edges[r + 1])
+            blocks[:, r] = causal_block_counts(kinds, rows, starts, ends, block).sum(axis=1)
+    before = kept_before(attention, rows, edges)
+    return RankWork(blocks=blocks, kept=np.diff(before, axis=1), tokens=np.full(rows.count, seq, dtype=np.int64))
 
 
 def row_work(attention, documents, cp: ContextParallel, block: int = 128) -> RankWork:

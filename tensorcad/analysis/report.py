@@ -265,6 +265,8 @@ def render(report: Report):
         t.add_row("  KV gathered", binary_bytes(c.kv_gather_bytes_per_layer), "a rank, a layer")
         t.add_row("  train / token", si(c.train_per_token, "FLOP"),
                   f"counted from the slowest rank ({c.slowest_over_balanced:.2f}x the row's own attention)")
+        for case in c.pytorch:  # what PyTorch will do here, said before launch
+            t.add_row("  PyTorch", case.case, case.message)
     budget = "the budget set" if op.tokens is not None else "default: Chinchilla's 20 a parameter (--tokens)"
     t.add_row("training tokens", f"{report.training_tokens:,.0f}", budget)
     t.add_row("training time", duration(report.training_seconds),

@@ -62,13 +62,17 @@ def rank_strip(attention: Attention, row: SampledRow, cp, block: int) -> dict:
     sharding lays the row's documents out afresh, so it has no one rank a
     query block of this row.
     """
-    from tensorcad.analysis.context_parallel import block_ranks, query_block_counts
+    from tensorcad.analysis.context_parallel import block_ranks, falls_back, query_block_counts
     from tensorcad.analysis.rows import Rows
     from tensorcad.errors import TensorcadError
 
     out = {"size": cp.size, "shard": cp.shard, "ranks": None, "blocks": None, "reason": None}
     if cp.shard == "per-document":
         out["reason"] = "per-document sharding cuts every document in chunks: no one rank holds a query block"
+        return out
+    if falls_back(cp, row.documents.shape[-1]):
+        out["reason"] = (f"PyTorch's default balancer becomes none here (2 x {cp.size} does not divide the row): "
+                         "its contiguous chunks are not whole query blocks")
         return out
     try:
         rows = Rows.from_arrays(row.documents[None, :], row.positions[None, :])

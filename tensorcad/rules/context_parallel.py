@@ -29,19 +29,38 @@ def _alternatives(design: Design, op, context):
     return sorted(found)
 
 
+def _least(design: Design, op, context, cp) -> str:
+    """Which sharding trains with the least predicted compute a token for this packing, said in words."""
+    found = _alternatives(design, op, context)
+    what = f"{op.packing.mean:g}-token documents" if op.packing is not None else "one document a row"
+    if not found:
+        return f"no other sharding splits {op.seq:,} tokens over {op.cp.size} ranks"
+    flops, ratio, shard = found[0]
+    if flops >= cp.train_per_token:
+        return f"{op.cp.shard} is already the sharding with the least predicted compute for {what}"
+    return (f"the least predicted compute for {what}: {shard} (slowest rank {ratio:.2f}x the mean, "
+            f"{cp.train_per_token / flops:.2f}x less training compute a token)")
+
+
 @rule("cp-imbalance", "warn", f"context parallelism whose slowest rank computes more than {WARN_RATIO:.2f}x "
       "the mean rank's attention blocks, or whose ranks together compute more than the row itself "
-      "(per-document chunks cutting blocks, padding); names the sharding that would train faster")
+      "(per-document chunks cutting blocks, padding), or that PyTorch will run otherwise than asked "
+      "(its default balancer becoming none, per-document documents 2·cp does not divide, PTRR given "
+      "several masks); names the sharding that would train faster")
 def cp_imbalance(design: Design, op, context) -> Iterator[Diagnostic]:
     if op is None or op.cp is None:
         return
     cp = context.report().cp
     if cp is None:
         return
+    for case in cp.pytorch:  # what PyTorch will do, said before launch
+        yield Diagnostic("cp-imbalance", "warn", f"{case.message}; {_least(design, op, context, cp)}", "cp")
     # The step's attention over the row's own: imbalance times what the ranks add together.
     added = cp.slowest_over_balanced / cp.max_over_mean
     if cp.max_over_mean <= WARN_RATIO and added <= WARN_RATIO:
         return
+    if any(case.case == "default-balancer-none" for case in cp.pytorch):
+        return  # said above: the imbalance is the fallback's
     what = (f"{op.packing.mean:g}-token documents" if op.packing is not None else "one document a row")
     message = f"{op.cp.shard} sharding over {op.cp.size} ranks ({what} at {op.seq:,} tokens): "
     if cp.max_over_mean > WARN_RATIO:
