@@ -5,7 +5,11 @@
 - ``corpus``: ``train_on_corpus``, real documents whose boundaries are
   recorded as they are tokenized (``smoke-train --corpus``);
 - ``tracing``: ``trace``, each op of a forward pass with PyTorch's FLOPs
-  beside the analysis (``tensorcad trace``).
+  beside the analysis (``tensorcad trace``);
+- ``cp_run``: ``run_context_parallel``, attention under context parallelism
+  on N gloo processes (``cp_rank``: what each rank does), its outputs held to
+  the unsharded and its measured imbalance beside the engine's prediction
+  (``python -m tensorcad.runtime.training.cp_run``).
 
 The top room: it may use ``building`` and ``certification``.
 """
@@ -32,6 +36,10 @@ _LAZY = {
     "trace": ".tracing:trace",
     "Trace": ".tracing:Trace",
     "render_trace": ".tracing:render",
+    "run_context_parallel": ".cp_run:run",
+    "CpRun": ".cp_run:CpRun",
+    "ShardRun": ".cp_run:ShardRun",
+    "RunSpec": ".cp_rank:RunSpec",
 }
 
 __all__ = list(_LAZY)
