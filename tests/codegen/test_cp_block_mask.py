@@ -141,7 +141,8 @@ def fitted(documents: torch.Tensor, size: int, heads: int) -> torch.Tensor:
         documents = documents[:-1] if len(documents) > 1 else documents[:, : documents.shape[1] // 2]
 
 
-# 20 examples (100 under -m slow): about 5 s on a quiet machine (create_block_mask, the reference, evaluates every score of every rank).
+# 20 examples (100 under -m slow), about 5 s on a quiet machine: create_block_mask, the reference,
+# evaluates every score of every rank.
 @settings(max_examples=scaled(20), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(name=st.sampled_from(sorted(DESIGNS)), shard=st.sampled_from(SHARDINGS), size=st.sampled_from([2, 4, 8]),
        blocks=st.integers(1, 2), chunk=st.integers(1, 160), rows=st.integers(1, 3),

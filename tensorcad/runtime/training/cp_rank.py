@@ -15,8 +15,9 @@ them, position by position, with the unsharded row's attention.
 
 Timing measures compute, not contention: every rank runs one thread
 (``torch.set_num_threads(1)``) and the ranks take turns, each timing its
-attention (best of ``repeats``) while the others wait at a barrier; compiling
-is done in turn too, so later ranks load the kernel from inductor's cache.
+attention while the others wait at a barrier, in ``repeats`` rounds of every
+rank in turn (each rank's best counts); compiling is done in turn too, so
+later ranks load the kernel from inductor's cache.
 """
 
 from __future__ import annotations
@@ -85,12 +86,20 @@ def _in_turn(rank: int, world_size: int, work):
     return out
 
 
-def _best(fn, repeats: int) -> float:
+def _timed_in_turn(rank: int, world_size: int, work, repeats: int) -> float:
+    """This rank's best time of work() over ``repeats`` rounds, each round every rank in turn.
+
+    Rounds interleave the ranks, so a spell of load on the machine falls on every
+    rank's samples alike instead of on whichever rank was being timed then.
+    """
     times = []
     for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
+        for turn in range(world_size):
+            if turn == rank:
+                start = time.perf_counter()
+                work()
+                times.append(time.perf_counter() - start)
+            dist.barrier()
     return min(times)
 
 
@@ -140,7 +149,7 @@ def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
                 return attend(q_local, keys, values, block_mask=block_mask)
 
             out = _in_turn(rank, n, attention)  # compiles (or not) in turn: the cache serves the rest
-            seconds = _in_turn(rank, n, lambda: _best(attention, spec.repeats))
+            seconds = _timed_in_turn(rank, n, attention, spec.repeats)
             (gathered,) = context_parallel_unshard(mesh, [out.contiguous()], [2])
             blocks = int((block_mask.kv_num_blocks + block_mask.full_kv_num_blocks).sum())
             every = [None] * n

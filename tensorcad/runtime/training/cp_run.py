@@ -34,8 +34,8 @@ from tensorcad.errors import TensorcadError, check_integer
 
 from .cp_rank import RunSpec, batch
 
-SCHEDULING = ("one thread a rank (torch.set_num_threads(1)); each rank's attention timed in turn, best of "
-              "{repeats}, while the others wait at a barrier")
+SCHEDULING = ("one thread a rank (torch.set_num_threads(1)); each rank's attention timed in turn while the "
+              "others wait at a barrier, {repeats} rounds of every rank in turn, each rank's best counting")
 
 
 @dataclass(frozen=True)
@@ -52,16 +52,14 @@ class ShardRun:
 
     @property
     def measured(self) -> float:
-        """The slowest rank's attention time over the mean rank's."""
+        """The slowest rank's attention time over the mean rank's (the engine's max/mean)."""
         return max(self.seconds) / (sum(self.seconds) / len(self.seconds))
 
     def to_json(self) -> dict:
         return {"shard": self.shard, "maxDifference": self.max_difference, "seconds": list(self.seconds),
                 "blocks": list(self.blocks), "measuredSlowestOverMean": self.measured,
-                "predictedSlowestOverBalanced": self.predicted,
-                "predictedMaxOverMean": self.predicted_max_over_mean,
-                "analysisSlowestOverBalanced": self.analysis,
-                "measuredOverPredicted": self.measured / self.predicted}
+                "predictedSlowestOverBalanced": self.predicted, "predictedMaxOverMean": self.predicted_max_over_mean,
+                "analysisSlowestOverBalanced": self.analysis, "measuredOverPredicted": self.measured / self.predicted}
 
 
 @dataclass(frozen=True)
@@ -153,13 +151,15 @@ def render(result: CpRun) -> str:
              + (f", {spec.pack:g}-token documents (spread {spec.spread:g})" if spec.pack else ", one document")
              + (f", window {spec.window}" if spec.window else ""),
              f"  {result.to_json()['attention']}; {SCHEDULING.format(repeats=spec.repeats)}",
-             f"  {'sharding':<14}{'max |diff|':>12}{'measured':>10}{'predicted':>11}{'analysis':>10}  blocks a rank"]
+             f"  {'sharding':<14}{'max |diff|':>11}{'measured':>10}{'predicted':>11}{'max/mean':>10}{'analysis':>10}"
+             "  blocks a rank"]
     for s in result.shards:
         analysis = "-" if s.analysis is None else f"{s.analysis:.3f}"
-        lines.append(f"  {s.shard:<14}{s.max_difference:>12.2e}{s.measured:>10.3f}{s.predicted:>11.3f}"
-                     f"{analysis:>10}  {', '.join(str(b) for b in s.blocks)}")
-    lines.append("  measured: slowest rank's attention time / the mean rank's; predicted: the engine's "
-                 "slowestOverBalanced for these rows; analysis: for the operating point (1,024 rows)")
+        lines.append(f"  {s.shard:<14}{s.max_difference:>11.1e}{s.measured:>10.3f}{s.predicted:>11.3f}"
+                     f"{s.predicted_max_over_mean:>10.3f}{analysis:>10}  " + ", ".join(str(b) for b in s.blocks))
+    lines.append("  measured: the slowest rank's attention time over the mean rank's; predicted: the engine's "
+                 "slowestOverBalanced for these rows, before launch (max/mean: its slowest rank's blocks over the "
+                 "mean rank's); analysis: slowestOverBalanced of the operating point's 1,024 rows")
     return "\n".join(lines)
 
 
