@@ -327,7 +327,7 @@ def _block_mask_from_ranges(mask_mod, ranges, B, H, Q_LEN, KV_LEN, device):
 # -1 for padding (which keeps, and is kept by, nothing). Rank r holds slots
 # r * L/N .. (r + 1) * L/N - 1 and gathers all L keys and values in rank order.
 # PyTorch's load balancers give such an index map (_generate_indices()), and
-# so does tensorcad.runtime.cp_layout for the shardings tensorcad counts.
+# so does tensorcad.runtime.building.cp_layout for the shardings tensorcad counts.
 # ---------------------------------------------------------------------------
 
 
@@ -345,13 +345,65 @@ def cp_mask_mod(mask_mod, layout, rank, world_size):
     return on_rank
 
 
+def _cp_ranges_mask_mod(mask_mod, ranges, layout, rank, world_size):
+    """cp_mask_mod of a mask with ranges, from tables a slot each: the same scores, kept by two lookups.
+
+    A query slot keeps a key slot when both hold positions of one document at a
+    distance in [-ahead, behind]: the mask the ranges state. Padding holds a
+    document no slot shares. A partial block evaluates this at every score, so
+    compiled FlexAttention's time follows the blocks, not the lookups.
+    """
+    local = layout.shape[-1] // world_size
+    documents = ranges["documents"]
+    at = layout.clamp(min=0)
+    if documents is None:
+        doc = torch.zeros_like(at)
+    else:
+        doc = documents.expand(layout.shape[0], -1).gather(1, at)
+    low = int(doc.min()) if doc.numel() else 0
+    key_doc = torch.where(layout >= 0, doc, torch.full_like(doc, low - 1))
+    mine = slice(rank * local, (rank + 1) * local)
+    query_doc = torch.where(layout >= 0, doc, torch.full_like(doc, low - 2))[:, mine]
+    query_at = layout[:, mine].contiguous()
+    query_doc = query_doc.contiguous()
+    bounds = []
+    for bound, sign in ((ranges["behind"], 1), (ranges["ahead"], -1)):
+        if bound is None or bound == (None,):
+            bounds.append(None)
+        elif isinstance(bound, tuple) and len(bound) > 1:
+            bounds.append(
+                torch.tensor(bound, dtype=torch.int64, device=layout.device) * sign
+            )
+        else:
+            bounds.append(sign * int(bound[0] if isinstance(bound, tuple) else bound))
+    behind, ahead = bounds  # ahead negated: distance >= ahead
+
+    def on_rank(b, h, q_idx, kv_idx):
+        keep = query_doc[b, q_idx] == key_doc[b, kv_idx]
+        distance = query_at[b, q_idx] - layout[b, kv_idx]
+        if behind is not None:
+            keep = keep & (
+                distance <= (behind[h] if isinstance(behind, torch.Tensor) else behind)
+            )
+        if ahead is not None:
+            keep = keep & (
+                distance >= (ahead[h] if isinstance(ahead, torch.Tensor) else ahead)
+            )
+        return keep
+
+    on_rank.__name__ = mask_mod.__name__
+    return on_rank
+
+
 def cp_block_mask(mask_mod, layout, rank, world_size, B, H, device=None):
     """Rank `rank`'s BlockMask over (L/N queries, L gathered keys) of the layout.
 
     What create_block_mask builds over cp_mask_mod, (B, H) as _block_mask would
     give them. A mask that carries `ranges` is decided from runs of the layout
-    (_cp_block_mask_from_ranges), nothing evaluated score by score; any other
-    is handed to create_block_mask, as PyTorch's _create_cp_block_mask does.
+    (_cp_block_mask_from_ranges), nothing evaluated score by score, and its
+    partial blocks read the ranges' own mask (_cp_ranges_mask_mod, the same
+    scores); any other is handed to create_block_mask over cp_mask_mod, as
+    PyTorch's _create_cp_block_mask does.
     """
     layout = torch.as_tensor(layout, dtype=torch.int64, device=device)
     layout = layout.unsqueeze(0) if layout.dim() == 1 else layout
@@ -365,14 +417,15 @@ def cp_block_mask(mask_mod, layout, rank, world_size, B, H, device=None):
     rows = B if per_row else None
     heads = H if getattr(mask_mod, "uses_head", True) else None
     layout = layout.expand(rows or 1, -1)
-    on_rank = cp_mask_mod(mask_mod, layout, rank, world_size)
     ranges = getattr(mask_mod, "ranges", None)
     if ranges is not None and _cp_ranges_fit(ranges, layout):
         RUNTIME_PATHS["cp_block_mask"] = "from_ranges"
+        on_rank = _cp_ranges_mask_mod(mask_mod, ranges, layout, rank, world_size)
         return _cp_block_mask_from_ranges(
             on_rank, ranges, layout, rank, world_size, heads or 1
         )
     RUNTIME_PATHS["cp_block_mask"] = "create_block_mask"
+    on_rank = cp_mask_mod(mask_mod, layout, rank, world_size)
     L = layout.shape[-1]
     return create_block_mask(
         on_rank, rows, heads, L // world_size, L, device=layout.device

@@ -22,7 +22,7 @@ CP_BLOCK_MASK = '''\
 # -1 for padding (which keeps, and is kept by, nothing). Rank r holds slots
 # r * L/N .. (r + 1) * L/N - 1 and gathers all L keys and values in rank order.
 # PyTorch's load balancers give such an index map (_generate_indices()), and
-# so does tensorcad.runtime.cp_layout for the shardings tensorcad counts.
+# so does tensorcad.runtime.building.cp_layout for the shardings tensorcad counts.
 # ---------------------------------------------------------------------------
 
 

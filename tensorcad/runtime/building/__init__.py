@@ -11,7 +11,7 @@
 - ``export``: ``torch.export`` of each form; ``profile``: FLOPs counted by
   ``FlopCounterMode``; ``blockmask``: FlexAttention's ``create_block_mask``
   on the engine's rows, against the engine's block and kept-score figures;
-- ``cp_layout``: the analysis's shardings as layouts (which position each
+- ``cp_layouts``: ``cp_layout``, the analysis's shardings as layouts (which position each
   gathered slot holds); ``cp_masks``: each rank's block mask by the generated
   runtime's own ``cp_block_mask``, and a document mask marked like generated ones.
 
@@ -50,7 +50,7 @@ _LAZY = {
     "compare_blocks": ".blockmask:compare_blocks",
     "compare_kept": ".blockmask:compare_kept",
     "model_masks": ".blockmask:model_masks",
-    "cp_layout": ".cp_layout:cp_layout",
+    "cp_layout": ".cp_layouts:cp_layout",
     "cp_block_mask": ".cp_masks:cp_block_mask",
     "cp_mask_mod": ".cp_masks:cp_mask_mod",
     "document_mask": ".cp_masks:document_mask",

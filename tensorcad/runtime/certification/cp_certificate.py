@@ -281,7 +281,7 @@ def cp_plan_check(s: Any) -> Check:
     """
     from tensorcad.analysis.context_parallel import SHARDINGS
     from tensorcad.design.block_ranges import block_ranges
-    from tensorcad.runtime.building.cp_layout import cp_layout
+    from tensorcad.runtime.building.cp_layouts import cp_layout
     from tensorcad.runtime.building.cp_masks import cp_block_mask, document_mask
 
 

@@ -114,7 +114,7 @@ def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
     )
     from torch.nn.attention.flex_attention import flex_attention
 
-    from tensorcad.runtime.building.cp_layout import cp_layout
+    from tensorcad.runtime.building.cp_layouts import cp_layout
     from tensorcad.runtime.building.cp_masks import cp_block_mask, document_mask
     from tensorcad.runtime.certification.cp_faithful import blockwise_attention
 

@@ -121,7 +121,7 @@ def run(spec: RunSpec) -> CpRun:
     """Launch the ranks, wait for them, and set the engine's predictions beside what they measured."""
     import torch.multiprocessing as mp
 
-    from tensorcad.runtime.building.cp_layout import cp_layout
+    from tensorcad.runtime.building.cp_layouts import cp_layout
 
     check_integer(spec.world_size, "world_size", 1, 64)
     documents, *_ = batch(spec)

@@ -24,7 +24,7 @@ from torch.distributed.tensor.experimental._context_parallel._load_balancer impo
 from torch.nn.attention.flex_attention import create_block_mask  # noqa: E402
 
 from tensorcad.packing import draw  # noqa: E402
-from tensorcad.runtime.building.cp_layout import cp_layout  # noqa: E402
+from tensorcad.runtime.building.cp_layouts import cp_layout  # noqa: E402
 from tensorcad.runtime.certification.cp_certificate import check_cp_plan  # noqa: E402
 
 PAD = 0

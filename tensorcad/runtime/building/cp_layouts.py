@@ -6,7 +6,7 @@ slots r·L/N .. (r+1)·L/N − 1, gathers all L keys and values in rank order, a
 PyTorch's load balancers give (``_generate_indices()``), and what
 ``cp_block_mask`` (the generated runtime, ``cp_masks``) builds each rank's
 BlockMask from. The four shardings are those of ``analysis.context_parallel``,
-laid out as it counts them (``tests/runtime/building/test_cp_layout.py`` holds
+laid out as it counts them (``tests/runtime/building/test_cp_layouts.py`` holds
 them to PyTorch's balancers):
 
 - ``contiguous``: slot p holds position p;
