@@ -284,7 +284,6 @@ def cp_plan_check(s: Any) -> Check:
     from tensorcad.runtime.building.cp_layouts import cp_layout
     from tensorcad.runtime.building.cp_masks import cp_block_mask, document_mask
 
-
     ranges = [r for r in (block_ranges(a) for a, _ in s.design.attentions()) if r is not None and r.documents]
     if not ranges:
         raise Skipped(f"{s.design.name} has no document mask decided from its ranges to shard")
