@@ -11,7 +11,9 @@ generated runtime's; PyTorch's ``_create_cp_block_mask`` compiles
 ``create_block_mask`` and evaluates every score), and runs compiled
 ``flex_attention`` (or, quick and untimed, the same arithmetic block by block).
 The outputs come back through ``context_parallel_unshard`` and rank 0 compares
-them, position by position, with the unsharded row's attention.
+them, position by position, with the unsharded row's attention (through
+``create_block_mask``'s BlockMask of the same mask: the reference owes nothing
+to ``cp_block_mask``).
 
 Timing measures compute, not contention: every rank runs one thread
 (``torch.set_num_threads(1)``) and the ranks take turns, each timing its
@@ -112,7 +114,7 @@ def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
         context_parallel_unshard,
         flex_cp_allgather,
     )
-    from torch.nn.attention.flex_attention import flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     from tensorcad.runtime.building.cp_layouts import cp_layout
     from tensorcad.runtime.building.cp_masks import cp_block_mask, document_mask
@@ -136,7 +138,10 @@ def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
         rows = spec.rows
         whole = cp_block_mask(mask, torch.arange(spec.seq), 0, 1, rows, spec.heads)
         counts = (whole.kv_num_blocks + whole.full_kv_num_blocks)[:, 0]
-        unsharded = attend(q, k, v, block_mask=whole) if rank == 0 else None  # the unsharded run
+        unsharded = None
+        if rank == 0:  # the unsharded run, its BlockMask PyTorch's own: nothing of cp_block_mask in the reference
+            reference = create_block_mask(mask, rows, None, spec.seq, spec.seq, device="cpu")
+            unsharded = attend(q, k, v, block_mask=reference)
         results = []
         for shard in spec.shards:
             layout = cp_layout(documents, shard, n, counts).expand(rows, -1)
