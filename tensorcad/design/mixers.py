@@ -29,7 +29,7 @@ STATE = {
     "linear_attention": "each head's head_dim x value_dim matrix, and its convolution's last kernel - 1 inputs",
 }
 
-RESET = "its state is zero at each document's first token, so no position reads an earlier document"
+RESET = "its state is zero at each document's first token: no position reads an earlier document"
 
 
 def is_stateful(node: Node) -> bool:

@@ -12,6 +12,7 @@ from typing import Iterator
 
 from ..design.expr import reads
 from ..design.masks import MADE_UP_ROLES
+from ..design.mixers import documents_wire, is_stateful
 from ..design.model import Design, Wire
 from .registry import Diagnostic, rule
 
@@ -27,7 +28,7 @@ def _found(wire: Wire) -> str:
 
 
 @rule("input-roles", "error", "a mask's tensor must come from a documents or positions input; "
-      "a rotation's or position table's positions from a positions input")
+      "a rotation's or position table's positions from a positions input; a mixer's doc from a documents input")
 def input_roles(design: Design, op, context) -> Iterator[Diagnostic]:
     for node, _ in design.walk():
         a = node.attention
@@ -41,6 +42,14 @@ def input_roles(design: Design, op, context) -> Iterator[Diagnostic]:
                         "a mask may read only an input whose role is documents (or positions)",
                         f"{a.path}.mask",
                     )
+        if is_stateful(node) and documents_wire(node) is not None and documents_wire(node).role != "documents":
+            wire = documents_wire(node)
+            yield Diagnostic(
+                "input-roles", "error",
+                f"the mixer {node.name} resets its state by port 'doc', followed {_route(wire)} back to "
+                f"{_found(wire)}; it must come from an input whose role is documents",
+                node.path,
+            )
         if node.kind in ("rope", "pos_embedding"):
             wire = node.wire("pos")
             if wire is not None and wire.role != "positions":
