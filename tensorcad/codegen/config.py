@@ -80,7 +80,10 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
             if p["qk_norm"] is not None:
                 keys["qk_norm_eps"] = p["qk_norm"]["eps"]
             if p["rope"] is not None:
-                keys["rope_theta"] = float(node.child("rope_q").params["theta"])
+                rope = node.child("rope_q").params
+                keys["rope_theta"] = float(rope["theta"])
+                if rope["fraction"] != 1.0:  # partial rotary: the first features of each head turn
+                    keys["rotary_dim"] = round(rope["fraction"] * p["head_dim"])
         return keys
     if kind == "transformer_block":
         keys = {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("attention"), output),

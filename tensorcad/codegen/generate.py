@@ -128,9 +128,12 @@ class _Generator(ModelWriter, MixerWriter):
             norm = self.classes(norm, NORMS["rmsnorm"][1], owner)
             for which in ("q", "k"):
                 lines += assign_call(layout.BODY, f"self.{which}_norm", norm, [head_dim, f("qk_norm_eps")])
+        partial = rope and node.child("rope_q").params["fraction"] != 1.0  # Bamba turns half of each head
+        if partial:
+            lines.append(f"        self.rotary_dim = {f('rotary_dim')}  # the features of a head that turn")
         if rope:
             lines += assign_call(layout.BODY, "cos, sin", "rotary_tables",
-                                 [head_dim, "config.context", f("rope_theta")])
+                                 ["self.rotary_dim" if partial else head_dim, "config.context", f("rope_theta")])
             lines += [
                 '        self.register_buffer("cos", cos, persistent=False)  # (context, D)',
                 '        self.register_buffer("sin", sin, persistent=False)  # (context, D)',
@@ -150,12 +153,20 @@ class _Generator(ModelWriter, MixerWriter):
                 "        q = self.q_norm(q)  # (B, H, T, D)",
                 "        k = self.k_norm(k)  # (B, H_kv, T, D)",
             ]
+        if partial:
+            lines.append("        # the first rotary_dim features of each head turn; the rest pass unturned")
         if rope:
             for which, shape in (("q", "(B, H, T, D)"), ("k", "(B, H_kv, T, D)")):
-                args = [which, "self.cos", "self.sin"]
+                args = [f"{which}_rot" if partial else which, "self.cos", "self.sin"]
                 if node.child(f"rope_{which}").wire("pos") is not None:
                     args.append(self.ports("pos"))  # turned by positions restarting per document
-                lines += assign_call(layout.BODY, which, "rotate", args, f"# {shape}")
+                if not partial:
+                    lines += assign_call(layout.BODY, which, "rotate", args, f"# {shape}")
+                    continue
+                lines += assign_call(layout.BODY, f"{which}_rot, {which}_pass", f"{which}.split",
+                                     ["[self.rotary_dim, self.head_dim - self.rotary_dim]", "dim=-1"])
+                lines += assign_call(layout.BODY, which, "torch.cat",
+                                     [f"(rotate({', '.join(args)}), {which}_pass)", "dim=-1"], f"# {shape}")
         call_args = ["q", "k", "v"]
         for keyword, fn in (("mask_mod", mask), ("score_mod", score)):
             if fn is None:

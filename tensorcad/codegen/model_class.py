@@ -151,7 +151,10 @@ class ModelWriter:
         ]
         if self.hf_weights is not None:
             stack = next(n for n in d.nodes if n.kind == "stack")
-            lines += hf_weights.model_methods(self.names(stack.id))
+            hybrid = stack.params["layers"] is not None
+            lines += hf_weights.model_methods(self.names(stack.id),
+                                              self.config(stack.id, "layer_types").replace("config.", "self.config.")
+                                              if hybrid else None)
         return "\n".join(lines) + "\n"
 
     def _hybrid_stack(self, node: Node) -> list[str]:

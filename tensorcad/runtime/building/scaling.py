@@ -81,6 +81,10 @@ class _Plan:
         else:
             new_head_dim = self.w(head_dim)
         new_head_dim = max(2, new_head_dim - new_head_dim % 2)
+        fraction = p["rope"].get("fraction", 1.0) if isinstance(p.get("rope"), dict) else 1.0
+        if fraction != 1.0 and (2 / fraction).is_integer():  # partial rotary: an even number of features still turn
+            step = round(2 / fraction)
+            new_head_dim = max(step, new_head_dim - new_head_dim % step)
         p["heads"], p["kv_heads"], p["head_dim"] = new_heads, new_kv, new_head_dim
         if p.get("window") is not None:
             p["window"] = self.window(p["window"])
