@@ -261,7 +261,7 @@ def render(report: Report):
                  else "resets at each document" if layer.documents and layer.mixer != "attention"
                  else "reads no documents" if not layer.documents else "")
         packed = (f", packed {si(layer.packed_fwd_per_token, 'FLOP')}" if layer.packed_fwd_per_token is not None else "")
-        t.add_row(f"  {layer.block or layer.name}", si(layer.fwd_per_token, "FLOP"),
+        t.add_row(f"  one {layer.block or layer.name} layer", si(layer.fwd_per_token, "FLOP"),
                   f"{layer.mixer}, {layer.layers} layer{'s' if layer.layers != 1 else ''}{packed}; {moves}")
     t.add_row("train / token", si(f.train_per_token, "FLOP"), "3 x forward")
     if report.packed is not None:
