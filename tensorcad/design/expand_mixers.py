@@ -102,6 +102,10 @@ class MixerExpander:
                                                         "attention its own window")
         if not blocks:
             raise TensorcadError(bpath, "expected at least one named block")
+        for i, block_name in enumerate(layers):
+            if block_name not in blocks:
+                raise TensorcadError(join(lpath, i), f"{shown(block_name)} is not a block "
+                                                     f"(blocks: {', '.join(blocks)})")
         for block_name in blocks:
             if block_name not in layers:
                 raise TensorcadError(join(bpath, block_name), f"block {shown(block_name)} is in no layer "
@@ -110,9 +114,6 @@ class MixerExpander:
             raise TensorcadError(lpath, f"{len(layers)} layers do not divide repeat {params['repeat']}")
         children = []
         for i, block_name in enumerate(layers):
-            if block_name not in blocks:
-                raise TensorcadError(join(lpath, i), f"{shown(block_name)} is not a block "
-                                                     f"(blocks: {', '.join(blocks)})")
             spath = join(bpath, block_name)
             kind_name, inner, ipath = block_spec(blocks[block_name], spath, "a block")
             kind = KINDS[kind_name]

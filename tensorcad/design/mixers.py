@@ -13,7 +13,7 @@ the document length moves, what state a stream keeps), the rules
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .model import Design, Node, Wire
 
@@ -69,8 +69,14 @@ def facts(node: Node, layers: int = 1) -> MixerFacts:
 
 
 def mixers(design: Design) -> list[MixerFacts]:
-    """Each stateful mixer with the number of layers that run it, in the order the forward pass meets them."""
-    return [facts(node, times) for node, times in design.walk() if is_stateful(node)]
+    """Each stateful mixer of the design file, with the layers that run it, in the order the forward pass
+    meets them (a hybrid stack's block runs at several places of its cycle: one mixer, their layers summed)."""
+    found: dict[str, MixerFacts] = {}
+    for node, times in design.walk():
+        if is_stateful(node):
+            seen = found.get(node.path)
+            found[node.path] = facts(node, times) if seen is None else replace(seen, layers=seen.layers + times)
+    return list(found.values())
 
 
 def reads_documents(design: Design) -> bool:
