@@ -88,19 +88,22 @@ def chunked_scan(q, k, v, log_decay, documents=None, chunk=64, beta=None):
     n = (T + pad) // L
     q, k, v = (t.reshape(B, H, n, L, -1) for t in (q, k, v))
     docs = documents.reshape(B, 1, n, L)
-    # the log decay since the chunk began
-    a = F.pad(log_decay, (0, pad)).reshape(B, H, n, L).cumsum(-1)  # (B, H, n, L)
+    steps = F.pad(log_decay, (0, pad)).reshape(B, H, n, L)
+    a = steps.cumsum(-1)  # (B, H, n, L): the log decay since the chunk began
+    # the log decay from s to t, summed over s < r <= t only: never a step of another
+    # document, so not even its rounding reaches this one (a_t - a_s would add it)
+    later = torch.ones(L, L, dtype=torch.bool, device=q.device).tril(-1)
+    spans = steps.unsqueeze(-1).expand(B, H, n, L, L).masked_fill(~later, 0).cumsum(-2)
     # the incoming state belongs to the last document of the chunk before
     before = torch.cat((docs[:, :, :1, :1] - 1, docs[:, :, :-1, -1:]), dim=2)
     carried = (docs == before).to(q.dtype)  # (B, 1, n, L): positions it reaches
     causal = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()
     pairs = (docs.unsqueeze(-1) == docs.unsqueeze(-2)) & causal  # s <= t, one document
-    decay = (a.unsqueeze(-1) - a.unsqueeze(-2)).masked_fill(~pairs, float("-inf")).exp()
-    scores = (q @ k.transpose(-1, -2)) * decay  # (B, H, n, L, L): s's weight at t
+    decay = spans.masked_fill(~pairs, float("-inf")).exp()  # (B, H, n, L, L): s -> t
+    scores = (q @ k.transpose(-1, -2)) * decay  # s's weight at t
     read = q * (a.exp() * carried).unsqueeze(-1)  # q reading the incoming state
-    ends = docs == docs[..., -1:]  # positions in the chunk's last document
-    to_end = (a[..., -1:] - a).masked_fill(~ends, float("-inf")).exp()
-    write = k * to_end.unsqueeze(-1)  # k as it reaches the chunk's end
+    # s -> the chunk's end, for s in the chunk's last document: k as it reaches the end
+    write = k * decay[..., -1, :].unsqueeze(-1)
     kept = a[..., -1].exp() * carried[..., -1]  # (B, H, n): the incoming state's share
     if beta is None:
         values, corrections = v, None
