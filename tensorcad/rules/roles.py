@@ -12,7 +12,7 @@ from typing import Iterator
 
 from ..design.expr import reads
 from ..design.masks import MADE_UP_ROLES
-from ..design.mixers import documents_wire, is_stateful
+from ..design.mixers import documents_wire, mixers
 from ..design.model import Design, Wire
 from .registry import Diagnostic, rule
 
@@ -42,14 +42,6 @@ def input_roles(design: Design, op, context) -> Iterator[Diagnostic]:
                         "a mask may read only an input whose role is documents (or positions)",
                         f"{a.path}.mask",
                     )
-        if is_stateful(node) and documents_wire(node) is not None and documents_wire(node).role != "documents":
-            wire = documents_wire(node)
-            yield Diagnostic(
-                "input-roles", "error",
-                f"the mixer {node.name} resets its state by port 'doc', followed {_route(wire)} back to "
-                f"{_found(wire)}; it must come from an input whose role is documents",
-                node.path,
-            )
         if node.kind in ("rope", "pos_embedding"):
             wire = node.wire("pos")
             if wire is not None and wire.role != "positions":
@@ -60,3 +52,12 @@ def input_roles(design: Design, op, context) -> Iterator[Diagnostic]:
                     "it must come from an input whose role is positions",
                     node.path,
                 )
+    for m in mixers(design):  # each mixer of the design file once, however many layers run it
+        wire = documents_wire(m.node)
+        if wire is not None and wire.role != "documents":
+            yield Diagnostic(
+                "input-roles", "error",
+                f"the mixer {m.name} resets its state by port 'doc', followed {_route(wire)} back to "
+                f"{_found(wire)}; it must come from an input whose role is documents",
+                m.path,
+            )
