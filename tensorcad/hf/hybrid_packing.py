@@ -84,12 +84,11 @@ def mixer_hint(model: Any) -> str | None:
         return (f"{head}; {type(model).__name__} passes its layers no seq_idx either, so no setting packs it "
                 f"correctly: train it one document a row, or {fix}")
     missing = kernels_missing(path)
-    kernels = " and ".join(path.kernels)
+    kernels = " and ".join(path.kernels) + (" CUDA kernel reads" if len(path.kernels) == 1 else " CUDA kernels read")
     state = (f"not installed here ({', '.join(missing)} missing), so on this machine no setting packs it correctly"
              if missing else "installed here: pass them")
     return (f"{head}: transformers keeps them apart only with {path.reads} "
-            f"(harness.hf_causal_lm(model, packing='seq_idx')), which only the {kernels} CUDA kernels read, "
-            f"{state}; or {fix}")
+            f"(harness.hf_causal_lm(model, packing='seq_idx')), which only the {kernels}, {state}; or {fix}")
 
 
 def seq_idx_refusal(model: Any) -> str | None:
