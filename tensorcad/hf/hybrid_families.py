@@ -96,9 +96,16 @@ def _design(name: str, context: int, documents: bool, positions: bool, vocab: in
     }
 
 
-def _attention(documents: bool, heads: int, kv_heads: int, head_dim: int, rope: dict[str, Any]) -> dict[str, Any]:
-    attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "causal": True,
-                                 "rope": rope}
+def _attention(r: Reader, documents: bool, dim: int) -> dict[str, Any]:
+    """The attention layers' heads (kv_heads: heads when null), rotary and, with documents, the mask."""
+    where = f"{_STACK}.blocks.attention.params.attention"
+    heads = r.int("num_attention_heads", f"{where}.heads")
+    kv_heads = (r.int("num_key_value_heads", f"{where}.kv_heads") if r.get("num_key_value_heads") is not None
+                else heads)
+    if dim % heads:
+        r.refuse("num_attention_heads", f"{heads} heads do not divide hidden_size {dim}")
+    attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": dim // heads, "causal": True,
+                                 "rope": _rope(r, f"{where}.rope")}
     if documents:
         attention["mask"] = DOCUMENT_MASK
     return attention
@@ -137,19 +144,13 @@ def bamba(r: Reader, model_type: str, name: str, documents: bool, positions: boo
     dim = r.int("hidden_size", "nodes[0].params.dim")
     layers = r.int("num_hidden_layers", f"{_STACK}.repeat")
     hidden = r.int("intermediate_size", f"{blocks_at}.*.params.mlp.hidden")
-    heads = r.int("num_attention_heads", f"{blocks_at}.attention.params.attention.heads")
-    kv_heads = (r.int("num_key_value_heads", f"{blocks_at}.attention.params.attention.kv_heads")
-                if r.get("num_key_value_heads") is not None else heads)
-    if dim % heads:
-        r.refuse("num_attention_heads", f"{heads} heads do not divide hidden_size {dim}")
     eps = r.float("rms_norm_eps", f"{blocks_at}.*.params.eps, the mixers' eps and nodes[2].params.eps", default=1e-5)
     context = r.int("max_position_embeddings", "context", default=262144)
     r.must_be("hidden_act", ("silu",), "the MLP's gate and the convolution's activation are SiLU", "silu")
     ssm = _ssm(r, f"{blocks_at}.mamba.params", "mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups",
                "mamba_d_conv", "mamba_chunk_size", "mamba_proj_bias", "mamba_conv_bias", "mamba_expand", dim, eps)
-    rope = _rope(r, f"{blocks_at}.attention.params.attention.rope")
     mlp = {"hidden": hidden, "activation": "swiglu", "bias": r.flag("mlp_bias", f"{blocks_at}.*.params.mlp.bias")}
-    attention = _attention(documents, heads, kv_heads, dim // heads, rope)
+    attention = _attention(r, documents, dim)
     attention["bias"] = r.flag("attention_bias", f"{blocks_at}.attention.params.attention.bias")
     indices = r.map("attn_layer_indices", f"{_STACK}.layers (the attention layers)") or []
     if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
@@ -196,16 +197,11 @@ def lfm2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
     vocab = r.int("vocab_size", "nodes[0].params.vocab")
     dim = r.int("hidden_size", "nodes[0].params.dim")
     layers = r.int("num_hidden_layers", f"{_STACK}.repeat")
-    heads = r.int("num_attention_heads", f"{blocks_at}.attention.params.attention.heads")
-    kv_heads = r.int("num_key_value_heads", f"{blocks_at}.attention.params.attention.kv_heads")
-    if dim % heads:
-        r.refuse("num_attention_heads", f"{heads} heads do not divide hidden_size {dim}")
     eps = r.float("norm_eps", f"{blocks_at}.*.params.eps, the q/k norms' eps and nodes[2].params.eps", default=1e-5)
     context = r.int("max_position_embeddings", "context", default=128000)
     hidden = _lfm2_hidden(r, f"{blocks_at}.*.params.mlp.hidden")
     conv = {"kernel": r.int("conv_L_cache", f"{blocks_at}.conv.params.mixer.params.kernel"),
             "bias": r.flag("conv_bias", f"{blocks_at}.conv.params.mixer.params.bias")}
-    rope = _rope(r, f"{blocks_at}.attention.params.attention.rope")
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=True)
     types = r.map("layer_types", f"{_STACK}.layers")
     indices = r.map("full_attn_idxs", f"{_STACK}.layers (older files' name for the attention layers)")
@@ -216,7 +212,7 @@ def lfm2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
     if indices is not None and indices != [i for i, t in enumerate(types) if t == "full_attention"]:
         r.refuse("full_attn_idxs", "disagrees with layer_types")
     mlp = {"hidden": hidden, "activation": "swiglu"}
-    attention = _attention(documents, heads, kv_heads, dim // heads, rope)
+    attention = _attention(r, documents, dim)
     attention["qk_norm"] = {"eps": eps}
     blocks = {
         "conv": {"kind": "mixer_block", "params": {"dim": dim, "norm": "rmsnorm", "eps": eps, "mlp": mlp,
