@@ -74,11 +74,10 @@ def _blocks(design: Design):
     for node in design.nodes:
         if node.kind == "stack":
             names = node.params["layers"] or [None] * len(node.children)
-            seen: dict[str | None, int] = {}
+            seen: set[str] = set()
             for name, child in zip(names, node.children):
-                key = name if name is not None else child.name
-                if key not in seen:
-                    seen[key] = len(seen)
+                if (name or child.name) not in seen:  # a hybrid's block once, however often its cycle runs it
+                    seen.add(name or child.name)
                     yield child, name, node.repeat * names.count(name) if name is not None else node.repeat
         elif node.kind in ("transformer_block", "mixer_block", *STATEFUL):
             yield node, None, 1
