@@ -24,7 +24,7 @@ MAX_WINDOW = 128
 MIN_WINDOW = 16
 MAX_PARAMS = 1_000_000_000
 MAX_STATE = 16  # a mixer's state width and heads: a few, so a scan stays quick on a CPU
-MAX_CHUNK = 64  # a scan's chunk: rows of a few hundred tokens then cross several
+MAX_CHUNK = 32  # a scan's chunk: rows of a few hundred tokens then cross several, and its L x L work stays small
 DEPTHS = (4, 2, 6, 8, 3, 1)  # tried in this order; ties go to the earlier
 
 
