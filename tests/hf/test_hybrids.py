@@ -176,3 +176,18 @@ def test_seq_idx_is_refused_for_a_family_without_stateful_layers():
     llama = transformers.AutoModelForCausalLM.from_config(tiny_config(transformers, "llama"))
     with pytest.raises(TensorcadError, match="packing='seq_idx' is for the hybrid families"):
         harness.hf_causal_lm(llama, packing="seq_idx")
+
+
+@pytest.mark.parametrize("family, change, key", [
+    ("bamba", {"time_step_limit": [0.0, 0.1]}, "time_step_limit"),  # a clamped step: not in the language
+    ("mamba2", {"hidden_act": "gelu"}, "hidden_act"),
+    ("mamba2", {"expand": 3}, "expand"),  # the inner width must be heads x head_dim
+    ("lfm2", {"layer_types": ["conv", "sliding_attention", "conv"]}, "layer_types"),
+    ("bamba", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
+     "rope_parameters.rope_type"),
+])
+def test_what_the_language_cannot_say_is_refused_naming_the_key(family, change, key):
+    config = {**tiny_hybrid(transformers, family).to_dict(), **change}
+    with pytest.raises(TensorcadError) as refusal:
+        design_from_config(config)
+    assert refusal.value.path == key and "\n" not in refusal.value.message
