@@ -196,7 +196,8 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         packed = _flops(design, matmul, op.seq, op.packing, op)
     train = packed if packed is not None else flops
     per_token = train.train_per_token if op.count == "kept" else train.train_per_token_blocks
-    cp = _context_parallel(design, op, matmul, train) if op.cp is not None else None
+    # a rank scans the positions it holds as it multiplies their weights (the state passed between ranks: not modelled)
+    cp = _context_parallel(design, op, matmul + flops.fwd_mixing, train) if op.cp is not None else None
     if cp is not None:
         per_token = cp.train_per_token  # the step waits for the slowest rank's blocks
     tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
