@@ -22,7 +22,7 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import tensorcad  # noqa: E402
-from tensorcad.analysis.mixers import mixing_flops, shape  # noqa: E402
+from tensorcad.analysis.mixers import mixing_flops, shape, state_numbers  # noqa: E402
 from tensorcad.runtime import build  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -219,3 +219,17 @@ def test_the_compiled_form_equals_each_document_alone(name):
     with torch.no_grad():
         got = torch.compile(m)(x, documents)
         assert (got - reference(name, m, x, documents)).abs().max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("name", VARIANTS)
+def test_parameters_and_state_are_what_the_generated_module_holds(name):
+    # the analysis's counts against the module's own tensors: its parameters, and what a stream
+    # must keep to go on token by token (the reference above: the conv's last K - 1 inputs, each S)
+    m, node = mixer_of(name)
+    assert sum(p.numel() for p in m.parameters()) == shape(node).total
+    carried = (KERNEL - 1) * m.conv_weight.shape[0]
+    if name == "ssm":
+        carried += m.heads * m.head_dim * m.state
+    elif name != "short_conv":
+        carried += m.heads * m.head_dim * m.value_dim
+    assert state_numbers(node) == carried
