@@ -63,6 +63,15 @@ def test_a_stream_keeps_a_cache_for_attention_and_a_fixed_state_for_the_scans():
     assert longer["stateBytes"] == stream["stateBytes"] and longer["kvCacheBytes"] == stream["kvCacheBytes"] / 2
 
 
+def test_a_decoded_token_steps_each_scan_once_whatever_the_context():
+    # the weights once, the last query's 8,192 keys in each attention layer, and in each scan
+    # layer the taps over the carried inputs and one step of each head's state: write k vᵀ, read Sᵀ q
+    report = tensorcad.analyze(HYBRID).to_json()
+    attention = 6 * 4 * 8192 * 128 * 32
+    step = 42 * (2 * K * (H * P + 2 * G * N) + H * 2 * 2 * N * P)
+    assert report["serving"]["perStream"]["decodeFlopsPerToken"] == 2 * report["params"]["matmul"] + attention + step
+
+
 def test_designs_without_mixers_report_as_before():
     report = tensorcad.analyze("llama-3-8b").to_json()
     assert "layers" not in report and "fwdMixing" not in report["flops"]
