@@ -4,8 +4,9 @@ Each mixer kind runs in a small generated model on packed rows. As generated (it
 reset at each document's first token) it passes isolation, boundaries, faithful and
 gradient isolation; with the reset taken out of its generated code (the documents no
 longer handed to the runtime: the plant), or never wired in the design, isolation,
-faithful and gradients fail, and the rule `mixer-crosses-documents` names the design's
-mixer. Each verdict here is the certificates' own, on models that differ in that one line.
+faithful and gradients fail, as does the training step's gradients certificate
+(``step[gradients]``), and the rule `mixer-crosses-documents` names the design's mixer.
+Each verdict here is the certificates' own, on models that differ in that one line.
 """
 
 from __future__ import annotations
@@ -100,3 +101,18 @@ def test_a_design_whose_mixer_reads_no_documents_is_flagged_and_fails(kind):
     assert f"layers.block.mixer ({kind}, 1 layer)" in finding.message
     got = verdicts(model_of(generate(design)))
     assert not got["isolation"] and not got["faithful"], got
+
+
+@pytest.mark.parametrize("kind", MIXERS)
+def test_the_training_steps_gradients_catch_the_missing_reset(kind):
+    import harness
+
+    ids, documents = batch()
+    first = torch.ones_like(documents, dtype=torch.bool)
+    first[:, 1:] = documents[:, 1:] != documents[:, :-1]
+    step = {"input_ids": ids, "documents": documents, "labels": ids.masked_fill(first, -100)}
+    source = generate(tensorcad.load(design_of(kind)))
+    assert harness.assert_step_gradients(model_of(source), step).passed
+    with pytest.raises(harness.CertificateError) as failure:  # the plant: the same model, its reset taken out
+        harness.assert_step_gradients(model_of(without_reset(source)), step)
+    assert not failure.value.report.passed
