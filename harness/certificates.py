@@ -226,7 +226,11 @@ def assert_faithful(
     result = check_faithful(model_fn, ids, documents, positions, alone_fn=alone_fn, atol=atol,
                             sample=sample, seed=seed)
     if not result.passed:
-        raise CertificateError("documents are not computed as if alone\n" + result.message(), result)
+        from tensorcad.hf import mixer_hints
+
+        # A hybrid Hugging Face model: its stateful layers, and what transformers needs to reset them.
+        lines = [result.message(), *mixer_hints(model_fn)]
+        raise CertificateError("documents are not computed as if alone\n" + "\n".join(lines), result)
     return result
 
 

@@ -65,3 +65,63 @@ def kv_cache_bytes(seq: int, kv_heads: int, head_dim: int, layers: int, dtype_by
     """A stream's KV cache at full context: a key and a value (2) of
     kv_heads × head_dim numbers for every position of every layer."""
     return 2.0 * seq * kv_heads * head_dim * layers * dtype_bytes
+
+
+# --- stateful mixers (short convolutions, state-space scans, linear attention) -------------------
+#
+# Only contractions are counted, as for attention: the gates, the decays' exponentials,
+# the norms and the element-wise resets are O(width) a token and left out. None of these
+# depends on where documents begin: a reset zeroes numbers, it skips no multiply.
+
+
+def conv_flops(kernel: int, channels: int) -> float:
+    """Forward FLOPs a token spends in a depthwise causal convolution: each channel
+    multiplies its `kernel` taps by the inputs they reach and adds them, 2 × kernel a
+    channel (a tap reaching into another document reads a zero, still multiplied)."""
+    return 2.0 * kernel * channels
+
+
+def padded(seq: int, chunk: int) -> int:
+    """Positions a chunked scan computes for a row of `seq`: whole chunks, the last padded."""
+    return -(-seq // chunk) * chunk
+
+
+def solve_flops(chunk: int) -> float:
+    """FLOPs a right-hand column costs in the unit lower-triangular solve (I + A) X = B of
+    one chunk, done by halves: X_top from the top half, then the bottom half's B less
+    A_bottom-left @ X_top (2 × h × (L - h) a column), each half solved the same way.
+    For a chunk of 2^n positions that is L × (L - 1)."""
+    if chunk <= 1:
+        return 0.0
+    half = chunk // 2
+    return solve_flops(half) + solve_flops(chunk - half) + 2.0 * half * (chunk - half)
+
+
+def scan_flops(seq: int, chunk: int, heads: int, key: int, value: int, delta: bool) -> float:
+    """Forward FLOPs a token spends in the chunked scan of `heads` states of key × value.
+
+    In a chunk of L positions (Mamba-2's SSD; Yang et al. 2024, Gated DeltaNet, section 3):
+    the scores q·k of every pair, 2·L·key a position; those scores times the values,
+    2·L·value; reading the state carried in (q @ S) and writing it out (kᵀ @ v),
+    2·key·value each. The delta rule adds the pairs' k·k (2·L·key), the triangular
+    solve giving each position's correction of its values and keys (`solve_flops`,
+    key + value columns) and the correction read from the state (2·key·value). The
+    row is cut into whole chunks, so a real token carries its share of the padding;
+    the document length moves none of it.
+    """
+    L = chunk
+    per_position = 2 * L * key + 2 * L * value + 4 * key * value
+    if delta:
+        per_position += 2 * L * key + solve_flops(L) * (key + value) / L + 2 * key * value
+    return heads * per_position * padded(seq, L) / seq
+
+
+def recurrent_step_flops(heads: int, key: int, value: int, delta: bool) -> float:
+    """Decode FLOPs a token in one scan layer, stepping the state once: the write k vᵀ and
+    the read Sᵀ q, 2·key·value each a head; the delta rule also reads kᵀ S first."""
+    return heads * (6.0 if delta else 4.0) * key * value
+
+
+def state_bytes(numbers: int, layers: int, dtype_bytes: float) -> float:
+    """A stream's fixed state: the same numbers at any context, layer by layer."""
+    return float(numbers) * layers * dtype_bytes

@@ -11,7 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
+from ..design.mixers import is_stateful
 from ..design.model import Design, Node
+from .mixers import shape
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,9 @@ def leaf_params(node: Node) -> tuple[int, int, int]:
         return weights + bias, 0, weights
     if node.kind == "table":
         return prod(p["shape"]), 0, 0
+    if is_stateful(node):  # its projections are matmul weights; taps, decays and scales are not
+        s = shape(node)
+        return s.total, 0, s.projections
     return 0, 0, 0  # rope, sdpa and composites hold nothing of their own
 
 

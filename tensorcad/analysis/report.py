@@ -11,6 +11,8 @@ from dataclasses import dataclass
 
 from ..design import load
 from ..design.masks import reads_documents  # noqa: F401 - asked of the report by name (editor, older callers)
+from ..design.mixers import mixers
+from ..design.mixers import reads_documents as mixers_reset
 from ..design.model import Design
 from ..errors import TensorcadError
 from ..packing import Packing
@@ -18,6 +20,8 @@ from .attention import ROWS, keys_per_query
 from .blocks import block_counts
 from .context_parallel_report import ContextParallelReport, context_parallel_report
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
+from .layers import LayerFlops, layer_flops
+from .mixers import mixing_flops
 from .operating_point import BYTES, OperatingPoint, check_budget
 from .params import ParamCount, count_params
 from .rows import packed_rows
@@ -36,6 +40,7 @@ class Flops:
     block_ratio: float
     # Under a packing: what it did to the rows (packers.Packed.to_json), else None.
     packing: dict | None = None
+    fwd_mixing: float = 0.0  # the stateful mixers' taps and scans (analysis.mixers), a real token
 
     @property
     def train_per_token_blocks(self) -> float:
@@ -54,6 +59,8 @@ class Flops:
         }
         if self.packing is not None:
             out["packing"] = self.packing
+        if self.fwd_mixing:
+            out["fwdMixing"] = self.fwd_mixing
         return out
 
 
@@ -72,6 +79,7 @@ class Report:
     per_stream: PerStream | None
     warnings: tuple[str, ...] = ()  # what the figures hold true only under (a sequence past the context)
     cp: ContextParallelReport | None = None  # training split across ranks: counted from the slowest
+    layers: tuple[LayerFlops, ...] = ()  # a design with stateful mixers: each block, its FLOPs a token
 
     @property
     def training_flops(self) -> Flops:
@@ -101,6 +109,8 @@ class Report:
         }
         if self.cp is not None:
             out["contextParallel"] = self.cp.to_json()
+        if self.layers:
+            out["layers"] = [layer.to_json() for layer in self.layers]
         return out
 
 
@@ -126,7 +136,13 @@ def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op:
         attention += layers * attention_flops(keys, a.head_dim, a.heads)
         blocks += layers * attention_flops(computed, a.head_dim, a.heads)
         width += layers * attention_flops(1.0, a.head_dim, a.heads)
-    forward = matmul / real + attention
+    mixing = sum(m.layers * mixing_flops(m.node, seq) for m in mixers(design))
+    if packing is not None and stats is None and mixers_reset(design):
+        drawn = packed_rows(seq, packing, op.seed, ROWS)  # no mask reads the documents; the mixers reset
+        real = drawn.real_fraction
+        stats = {"strategy": packing.strategy, **drawn.packed.to_json()}
+    mixing /= real  # the padding of a row is scanned too
+    forward = matmul / real + mixing + attention
     return Flops(
         fwd_per_token=forward,
         train_per_token=train_flops(forward),
@@ -136,6 +152,7 @@ def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op:
         fwd_attention_blocks=blocks,
         block_ratio=blocks / attention if attention else 1.0,
         packing=stats,
+        fwd_mixing=mixing,
     )
 
 
@@ -175,11 +192,12 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
     matmul = matmul_flops(params.matmul)
     flops = _flops(design, matmul, op.seq, None, op)
     packed = None
-    if op.packing is not None and any(reads_documents(a) for a, _ in design.attentions()):
+    if op.packing is not None and (any(reads_documents(a) for a, _ in design.attentions()) or mixers_reset(design)):
         packed = _flops(design, matmul, op.seq, op.packing, op)
     train = packed if packed is not None else flops
     per_token = train.train_per_token if op.count == "kept" else train.train_per_token_blocks
-    cp = _context_parallel(design, op, matmul, train) if op.cp is not None else None
+    # a rank scans the positions it holds as it multiplies their weights (the state passed between ranks: not modelled)
+    cp = _context_parallel(design, op, matmul + flops.fwd_mixing, train) if op.cp is not None else None
     if cp is not None:
         per_token = cp.train_per_token  # the step waits for the slowest rank's blocks
     tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
@@ -198,6 +216,8 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         per_stream=per_stream(design, op.seq, matmul, BYTES[op.serve_dtype]),
         warnings=tuple(w for w in (design.past_context(op.seq),) if w is not None),
         cp=cp,
+        layers=tuple(layer_flops(design, op.seq, op.packing if packed is not None else None, op.seed))
+        if mixers(design) else (),
     )
 
 
@@ -234,6 +254,16 @@ def render(report: Report):
     t.add_row("  attention", si(f.fwd_attention, "FLOP"),
               f"{f.keys_per_query:,.1f} keys a query, {f.attention_share:.1%} of the forward pass")
     t.add_row("  in whole blocks", si(f.fwd_attention_blocks, "FLOP"), f"{f.block_ratio:.2f}x the kept scores")
+    if f.fwd_mixing:
+        t.add_row("  mixers", si(f.fwd_mixing, "FLOP"), "convolution taps and scans: the same for every token, "
+                  "whatever the document length")
+    for layer in report.layers:
+        moves = ("the document length moves it" if layer.moves_with_documents
+                 else "resets at each document" if layer.documents and layer.mixer != "attention"
+                 else "reads no documents" if not layer.documents else "")
+        packed = (f", packed {si(layer.packed_fwd_per_token, 'FLOP')}" if layer.packed_fwd_per_token is not None else "")
+        t.add_row(f"  one {layer.block or layer.name} layer", si(layer.fwd_per_token, "FLOP"),
+                  f"{layer.mixer}, {layer.layers} layer{'s' if layer.layers != 1 else ''}{packed}; {moves}")
     t.add_row("train / token", si(f.train_per_token, "FLOP"), "3 x forward")
     if report.packed is not None:
         k = report.packed
@@ -277,5 +307,7 @@ def render(report: Report):
     if report.per_stream is not None:
         s = report.per_stream
         t.add_row("  KV cache / stream", binary_bytes(s.kv_cache_bytes), f"{op.serve_dtype} at full context")
+        if s.state_bytes is not None:
+            t.add_row("  mixer state / stream", binary_bytes(s.state_bytes), f"{op.serve_dtype}, the same at any context")
         t.add_row("  decode / token", si(s.decode_flops_per_token, "FLOP"), "at full context")
     return t

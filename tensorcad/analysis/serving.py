@@ -10,8 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..design.expr import Env, evaluate
+from ..design.mixers import mixers
 from ..design.model import Attention, Design
-from .cost import attention_flops, kv_cache_bytes
+from .cost import attention_flops, kv_cache_bytes, state_bytes
+from .mixers import decode_flops, state_numbers
 
 # Deciding the last query's keys one by one costs seq × heads mask evaluations;
 # past this many they are sampled evenly instead (2^24 tokens × 128 heads would
@@ -51,19 +53,26 @@ def _variables(attention: Attention) -> frozenset[str]:
 class PerStream:
     kv_cache_bytes: float
     decode_flops_per_token: float
+    state_bytes: float | None = None  # the stateful mixers' state, the same at any context; None: no mixer
 
     def to_json(self) -> dict:
-        return {"kvCacheBytes": self.kv_cache_bytes, "decodeFlopsPerToken": self.decode_flops_per_token}
+        out = {"kvCacheBytes": self.kv_cache_bytes, "decodeFlopsPerToken": self.decode_flops_per_token}
+        if self.state_bytes is not None:
+            out["stateBytes"] = self.state_bytes
+        return out
 
 
 def per_stream(design: Design, seq: int, matmul: float, dtype_bytes: float) -> PerStream | None:
-    """KV-cache bytes and decode FLOPs a token at full context; None without a cache.
+    """KV-cache bytes, mixer state and decode FLOPs a token at full context; None without either.
 
     Only causal attention decodes token by token and keeps a cache; a window
-    keeps only its last W positions (a rolling buffer, as Mistral's does).
+    keeps only its last W positions (a rolling buffer, as Mistral's does). A
+    stateful mixer keeps a fixed state instead (`analysis.mixers.state_numbers`)
+    and steps it once a token, whatever the context.
     """
     attentions = design.attentions()
-    if not attentions or not all(a.causal for a, _ in attentions):
+    stateful = mixers(design)
+    if (not attentions and not stateful) or not all(a.causal for a, _ in attentions):
         return None
     cache = 0.0
     attention = 0.0
@@ -71,4 +80,8 @@ def per_stream(design: Design, seq: int, matmul: float, dtype_bytes: float) -> P
         kept_positions = min(seq, a.window) if a.window is not None else seq
         cache += kv_cache_bytes(kept_positions, a.kv_heads, a.head_dim, layers, dtype_bytes)
         attention += layers * attention_flops(decode_keys(a, seq), a.head_dim, a.heads)
-    return PerStream(cache, matmul + attention)
+    if not stateful:
+        return PerStream(cache, matmul + attention)
+    state = sum(state_bytes(state_numbers(m.node), m.layers, dtype_bytes) for m in stateful)
+    step = sum(m.layers * decode_flops(m.node) for m in stateful)
+    return PerStream(cache, matmul + attention + step, state)

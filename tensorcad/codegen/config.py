@@ -9,12 +9,40 @@ always prefixed, since each belongs to its table.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..design.model import Design, Node
+from . import layout
 from .names import Namer
 
 _ALWAYS_PREFIXED = ("shape",)
+# A stateful mixer's numbers: Config field -> its param.
+MIXER_KEYS = {
+    "short_conv": {"conv_kernel": "kernel", "conv_bias": "bias"},
+    "ssm": {"ssm_heads": "heads", "ssm_head_dim": "head_dim", "ssm_state": "state", "ssm_groups": "groups",
+            "ssm_kernel": "kernel", "ssm_chunk": "chunk", "ssm_bias": "bias", "ssm_conv_bias": "conv_bias",
+            "ssm_eps": "eps"},
+    "linear_attention": {"lin_heads": "heads", "lin_k_heads": "k_heads", "lin_head_dim": "head_dim",
+                         "lin_value_dim": "value_dim", "lin_kernel": "kernel", "lin_chunk": "chunk",
+                         "lin_eps": "eps"},
+}
+
+
+def block_owner(stack: Node, block: str) -> str:
+    """The owner of a hybrid stack's named block's numbers: fields it shares with nothing are prefixed so."""
+    return f"{stack.id}.{block}"
+
+
+def owners(design: Design) -> dict[str, dict[str, Any]]:
+    """Each owner's numbers: the top-level nodes, and each named block of a hybrid stack."""
+    out: dict[str, dict[str, Any]] = {}
+    for n in design.nodes:
+        out[n.id] = _keys(n, design.output)
+        if n.kind == "stack" and n.params["layers"] is not None:
+            for name, child in zip(n.params["layers"], n.children):
+                out.setdefault(block_owner(n, name), _keys(child, design.output))
+    return out
 
 
 def _keys(node: Node, output: str) -> dict[str, Any]:
@@ -52,7 +80,10 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
             if p["qk_norm"] is not None:
                 keys["qk_norm_eps"] = p["qk_norm"]["eps"]
             if p["rope"] is not None:
-                keys["rope_theta"] = float(node.child("rope_q").params["theta"])
+                rope = node.child("rope_q").params
+                keys["rope_theta"] = float(rope["theta"])
+                if rope["fraction"] != 1.0:  # partial rotary: the first features of each head turn
+                    keys["rotary_dim"] = round(rope["fraction"] * p["head_dim"])
         return keys
     if kind == "transformer_block":
         keys = {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("attention"), output),
@@ -60,7 +91,16 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
         if p["norm_offset"]:
             keys["norm_offset"] = p["norm_offset"]
         return keys
+    if kind in MIXER_KEYS:
+        return {"dim": node.dim_in, **{key: p[param] for key, param in MIXER_KEYS[kind].items()}}
+    if kind == "mixer_block":
+        keys = {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("mixer"), output)}
+        if p["mlp"] is not None:
+            keys.update(_keys(node.child("mlp"), output))
+        return keys
     if kind == "stack":
+        if p["layers"] is not None:  # a hybrid stack: its blocks' numbers are theirs (`owners`)
+            return {"n_layer": node.repeat * len(node.children), "layer_types": tuple(p["layers"]) * node.repeat}
         # blocks taken in turn (alternating windows) differ in their masks only, no number
         return {"n_layer": node.repeat * len(node.children), **_keys(node.children[0], output)}
     if kind == "table":
@@ -72,7 +112,7 @@ class ConfigFields:
     """Which Config field holds each (top-level node, key)."""
 
     def __init__(self, design: Design, names: Namer):
-        self.owner_keys = {n.id: _keys(n, design.output) for n in design.nodes}
+        self.owner_keys = owners(design)
         self.context = design.context
         values: dict[str, set] = {}
         for keys in self.owner_keys.values():
@@ -102,6 +142,13 @@ class ConfigFields:
             "",
         ]
         for name, value in self.fields.items():
+            if isinstance(value, tuple) and value and all(isinstance(v, str) for v in value):
+                # a hybrid stack's layer types, laid out as black lays a tuple out
+                items = [json.dumps(v) for v in value]
+                if len(items) == 1:
+                    items[0] += ","
+                lines += layout.call("    ", f"{name}: tuple = (", items)
+                continue
             lines.append(f"    {name}: {_annotation(value)} = {value!r}")
         lines += ["", "", "CONFIG = Config()"]
         return "\n".join(lines) + "\n"

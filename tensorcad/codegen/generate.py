@@ -11,17 +11,20 @@ from the design reaches the module only through `names.title_text` and
 from __future__ import annotations
 
 from ..design import expr as E
+from ..design.mixers import STATEFUL, mixers
 from ..design.model import Design, Node
 from ..errors import TensorcadError
 from ..hf.weights import weight_map
 from . import hf_weights, layout, prelude
 from .config import ConfigFields
-from .model_class import ModelWriter, used_ports
 from .masks import Function, mask_function, mask_table, score_function
+from .mixer_code import MixerWriter
+from .mixer_runtime import MIXER_RUNTIME
+from .model_class import ModelWriter, used_ports
 from .modules import MLPS, NORMS, PLACEHOLDER, Classes, assign_call, position_embedding
 from .names import RESERVED, Namer, comment_text, title_text
 
-class _Generator(ModelWriter):
+class _Generator(ModelWriter, MixerWriter):
     def __init__(self, design: Design):
         self.design = design
         self.names = Namer(RESERVED)
@@ -35,13 +38,16 @@ class _Generator(ModelWriter):
         self.mask_uses: dict[str, tuple[Function, list[str]]] = {}  # mask name -> (it, attention paths)
         self.uses_rope = any(n.kind == "rope" for n, _ in design.walk())
         self.roles = {i.name: i.role for i in design.inputs}
+        # The blocks of a hybrid stack take every port the stack hands down (each block reads its own).
+        self.stack_ports = {c.name: used_ports(n) for n in design.nodes if n.kind == "stack"
+                            and n.params["layers"] is not None for c in n.children}
         # a design imported from Hugging Face loads (and gives back) transformers' weights
         self.hf_weights = weight_map(design, self.names) if design.source.get("hf") else None
 
     # -- pieces inside classes --------------------------------------------------------
 
     def port_args(self, node: Node) -> list[str]:
-        return [self.ports(p) for p in used_ports(node)]
+        return [self.ports(p) for p in self.stack_ports.get(node.name, used_ports(node))]
 
     def construct(self, node: Node, owner: str) -> tuple[str, list[str]]:
         """(callable, arguments) building `node` inside a class that holds `config`."""
@@ -69,6 +75,10 @@ class _Generator(ModelWriter):
             return self.attention_class(node, owner), ["config"]
         if kind == "transformer_block":
             return self.block_class(node, owner), ["config"]
+        if kind in STATEFUL:
+            return self.mixer_class(node, owner), ["config"]
+        if kind == "mixer_block":
+            return self.mixer_block_class(node, owner), ["config"]
         raise TensorcadError(node.path, f"codegen cannot place a {kind!r} node here yet")
 
     def attention_class(self, node: Node, owner: str) -> str:
@@ -118,9 +128,12 @@ class _Generator(ModelWriter):
             norm = self.classes(norm, NORMS["rmsnorm"][1], owner)
             for which in ("q", "k"):
                 lines += assign_call(layout.BODY, f"self.{which}_norm", norm, [head_dim, f("qk_norm_eps")])
+        partial = rope and node.child("rope_q").params["fraction"] != 1.0  # Bamba turns half of each head
+        if partial:
+            lines.append(f"        self.rotary_dim = {f('rotary_dim')}  # the features of a head that turn")
         if rope:
             lines += assign_call(layout.BODY, "cos, sin", "rotary_tables",
-                                 [head_dim, "config.context", f("rope_theta")])
+                                 ["self.rotary_dim" if partial else head_dim, "config.context", f("rope_theta")])
             lines += [
                 '        self.register_buffer("cos", cos, persistent=False)  # (context, D)',
                 '        self.register_buffer("sin", sin, persistent=False)  # (context, D)',
@@ -140,12 +153,20 @@ class _Generator(ModelWriter):
                 "        q = self.q_norm(q)  # (B, H, T, D)",
                 "        k = self.k_norm(k)  # (B, H_kv, T, D)",
             ]
+        if partial:
+            lines.append("        # the first rotary_dim features of each head turn; the rest pass unturned")
         if rope:
             for which, shape in (("q", "(B, H, T, D)"), ("k", "(B, H_kv, T, D)")):
-                args = [which, "self.cos", "self.sin"]
+                args = [f"{which}_rot" if partial else which, "self.cos", "self.sin"]
                 if node.child(f"rope_{which}").wire("pos") is not None:
                     args.append(self.ports("pos"))  # turned by positions restarting per document
-                lines += assign_call(layout.BODY, which, "rotate", args, f"# {shape}")
+                if not partial:
+                    lines += assign_call(layout.BODY, which, "rotate", args, f"# {shape}")
+                    continue
+                lines += assign_call(layout.BODY, f"{which}_rot, {which}_pass", f"{which}.split",
+                                     ["[self.rotary_dim, self.head_dim - self.rotary_dim]", "dim=-1"])
+                lines += assign_call(layout.BODY, which, "torch.cat",
+                                     [f"(rotate({', '.join(args)}), {which}_pass)", "dim=-1"], f"# {shape}")
         call_args = ["q", "k", "v"]
         for keyword, fn in (("mask_mod", mask), ("score_mod", score)):
             if fn is None:
@@ -181,7 +202,8 @@ class _Generator(ModelWriter):
             lines += assign_call(layout.BODY, f"self.{child.id}", fn, args)
         ports = self.port_args(node)
         lines += ["", f"    def forward({', '.join(['self', 'x', *ports])}):"]
-        attention_args = ["self.attention_norm(x)", *(f"{p}={p}" for p in ports)]
+        attention_ports = [self.ports(p) for p in used_ports(node.child("attention"))]
+        attention_args = ["self.attention_norm(x)", *(f"{p}={p}" for p in attention_ports)]
         if node.params["post_norms"]:  # Gemma 2: each half's output normalised before the residual add
             lines += assign_call(layout.BODY, "y", "self.attention", attention_args, "# (B, T, C)")
             lines += ["        x = x + self.post_attention_norm(y)  # (B, T, C)",
@@ -208,6 +230,8 @@ class _Generator(ModelWriter):
             out.append(("attention runtime", prelude.ATTENTION_RUNTIME))
         if self.uses_rope:
             out.append(("rotary runtime", prelude.ROTARY_RUNTIME))
+        if mixers(d):
+            out.append(("mixer runtime", MIXER_RUNTIME))
         functions = [fn.source for fn in self.functions.values()]
         if any("_relative_bucket(" in s for s in functions):
             out.append(("relative bucket", E.RELATIVE_BUCKET_SOURCE))
@@ -225,7 +249,7 @@ class _Generator(ModelWriter):
 
 
 # Sections pasted verbatim from other modules; formatting checks skip them.
-VERBATIM = ("imports", "attention runtime", "rotary runtime", "relative bucket", "hf runtime")
+VERBATIM = ("imports", "attention runtime", "rotary runtime", "mixer runtime", "relative bucket", "hf runtime")
 
 
 def sections(design: Design) -> list[tuple[str, str]]:

@@ -23,16 +23,18 @@ HF_RUNTIME = '''
 # HF_WEIGHTS rows are (their key, our keys, transposed). Several keys of ours
 # mean one fused tensor of theirs, laid end to end along dim 0 (Phi-3's
 # qkv_proj, GPT-2's c_attn); "transposed" marks GPT-2's Conv1D, which stores
-# (in, out). "{i}" stands for each layer. HF_TIED maps their keys for a
-# table shared with the embedding to the embedding's key.
+# (in, out). "{i}" stands for each layer; a hybrid's row names a fourth item,
+# the layer type whose layers it is for. HF_TIED maps their keys for a table
+# shared with the embedding to the embedding's key.
 # ---------------------------------------------------------------------------
 
 
-def _hf_rows(n_layer):
-    """HF_WEIGHTS with {i} written out for every layer."""
+def _hf_rows(layer_types):
+    """HF_WEIGHTS with {i} written out for every layer (of the row's layer type, if it names one)."""
     rows = []
-    for theirs, ours, transposed in HF_WEIGHTS:
-        for i in range(n_layer) if "{i}" in theirs else [None]:
+    for theirs, ours, transposed, *only in HF_WEIGHTS:
+        layers = [i for i, t in enumerate(layer_types) if not only or t == only[0]]
+        for i in layers if "{i}" in theirs else [None]:
             fill = (
                 (lambda s: s)
                 if i is None
@@ -42,11 +44,11 @@ def _hf_rows(n_layer):
     return rows
 
 
-def copy_hf_weights(model, state_dict, n_layer):
+def copy_hf_weights(model, state_dict, layer_types):
     """Copy transformers' tensors into model; any key missing, unexpected or
     misshapen is one error naming every such key."""
     params = dict(model.named_parameters())
-    rows = _hf_rows(n_layer)
+    rows = _hf_rows(layer_types)
     expected = {theirs for theirs, _, _ in rows}
     missing = sorted(expected - set(state_dict))
     unexpected = sorted(set(state_dict) - expected - set(HF_TIED))
@@ -78,11 +80,11 @@ def copy_hf_weights(model, state_dict, n_layer):
                 params[o].copy_(part)
 
 
-def as_hf_weights(model, n_layer):
+def as_hf_weights(model, layer_types):
     """model's weights under transformers' names, fused and transposed as theirs are."""
     params = dict(model.named_parameters())
     out = {}
-    for theirs, ours, transposed in _hf_rows(n_layer):
+    for theirs, ours, transposed in _hf_rows(layer_types):
         tensor = torch.cat([params[o].detach() for o in ours], dim=0)
         out[theirs] = (tensor.t() if transposed else tensor).contiguous()
     for theirs, embedding in HF_TIED.items():
@@ -163,7 +165,8 @@ def table_source(weights: WeightMap) -> str:
     ]
     for e in weights.entries:
         ours = "(" + ", ".join(q(o) for o in e.ours) + ("," if len(e.ours) == 1 else "") + ")"
-        lines += _row([q(e.hf), ours, str(e.transpose)], [q(o) for o in e.ours])
+        block = [q(e.block)] if e.block is not None else []  # a checked name (design.schema.NAME)
+        lines += _row([q(e.hf), ours, str(e.transpose), *block], [q(o) for o in e.ours])
     lines.append(")")
     tied = ", ".join(f"{q(k)}: {q(v)}" for k, v in weights.tied)
     lines.append(f"HF_TIED = {{{tied}}}")
@@ -185,18 +188,20 @@ def _row(items: list[str], ours: list[str]) -> list[str]:
     return lines + ["    ),"]
 
 
-def model_methods(stack: str) -> list[str]:
-    """The methods `Model` gets, reading the layer count from its stack `self.<stack>`."""
+def model_methods(stack: str, layer_types: str | None = None) -> list[str]:
+    """The methods `Model` gets, reading the layers from its stack `self.<stack>` (a hybrid's
+    types from the Config field `layer_types` names)."""
+    types = layer_types if layer_types is not None else f"[None] * len(self.{stack})"
     return [
         "",
         "    def load_hf_state_dict(self, state_dict):",
         '        """Load transformers\' weights (HF_CLASS\'s state_dict, under its names)."""',
-        f"        copy_hf_weights(self, state_dict, len(self.{stack}))",
+        f"        copy_hf_weights(self, state_dict, {types})",
         "        return self",
         "",
         "    def hf_state_dict(self):",
         '        """This model\'s weights under transformers\' names; HF_CLASS.load_state_dict takes them."""',
-        f"        return as_hf_weights(self, len(self.{stack}))",
+        f"        return as_hf_weights(self, {types})",
         "",
         "    @classmethod",
         '    def from_pretrained(cls, directory, config=CONFIG, form="flex"):',

@@ -9,7 +9,10 @@ of the generator that writes it; the classes inside it are `generate`'s.
 
 from __future__ import annotations
 
+import json
+
 from ..design import expr as E
+from ..design.mixers import DOCUMENTS_PORT, is_stateful, resets
 from ..design.model import Node
 from ..errors import TensorcadError
 from . import hf_weights, layout
@@ -35,6 +38,8 @@ def used_ports(node: Node) -> list[str]:
         return sorted(found)
     if node.kind in ("rope", "pos_embedding"):
         return ["pos"] if node.wire("pos") is not None else []
+    if is_stateful(node):  # the documents its state resets at
+        return [DOCUMENTS_PORT] if resets(node) else []
     found = set()
     for child in node.children:
         found |= set(used_ports(child))
@@ -67,6 +72,8 @@ class ModelWriter:
                 shape = self.config(node.id, "shape")
                 init += assign_call(layout.BODY, f"self.{name}", "nn.Parameter", [f"torch.empty({shape})"])
                 tables.append(name)
+            elif node.kind == "stack" and node.params["layers"] is not None:
+                init += self._hybrid_stack(node)
             elif node.kind == "stack":
                 built = [self.construct(child, node.id) for child in node.children]
                 n_layer = self.config(node.id, "n_layer")
@@ -146,8 +153,24 @@ class ModelWriter:
         ]
         if self.hf_weights is not None:
             stack = next(n for n in d.nodes if n.kind == "stack")
-            lines += hf_weights.model_methods(self.names(stack.id))
+            hybrid = stack.params["layers"] is not None
+            lines += hf_weights.model_methods(self.names(stack.id),
+                                              self.config(stack.id, "layer_types").replace("config.", "self.config.")
+                                              if hybrid else None)
         return "\n".join(lines) + "\n"
+
+    def _hybrid_stack(self, node: Node) -> list[str]:
+        """A hybrid stack: its layers built by the block each layer type names (Config.layer_types)."""
+        from .config import block_owner
+
+        built: dict[str, str] = {}
+        for name, child in zip(node.params["layers"], node.children):
+            if name not in built:
+                built[name] = self.construct(child, block_owner(node, name))[0]
+        # the names are checked identifiers (design.schema.NAME), written as string literals
+        lines = layout.call(layout.BODY, "blocks = {", [f"{json.dumps(n)}: {fn}" for n, fn in built.items()], "}")
+        inner = f"[blocks[t](config) for t in {self.config(node.id, 'layer_types')}]"
+        return lines + assign_call(layout.BODY, f"self.{self.names(node.id)}", "nn.ModuleList", [inner])
 
     def _roles_read(self) -> set[str]:
         roles = set()

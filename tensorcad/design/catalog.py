@@ -17,6 +17,15 @@ _POS = Port(
     role="positions",
 )
 
+# A stateful mixer's documents: what resets its state (design/mixers.py asks of the wire).
+_DOC = Port(
+    "doc",
+    "the document of each position (B, T); its state resets at each document's first token. "
+    "Without it, state carries from one packed document into the next",
+    required=False,
+    role="documents",
+)
+
 _ATTENTION_PARAMS = (
     Param("heads", "int", "query heads", low=1, high=4096),
     Param("kv_heads", "int", "key/value heads (grouped-query attention); divides heads; default heads", None, 1, 4096),
@@ -96,6 +105,8 @@ KINDS: dict[str, Kind] = {
             (
                 Param("theta", "float", "base of the rotation frequencies", 10000.0, 1, 1e12),
                 Param("head_dim", "int", "width of one head", low=2, high=4096),
+                Param("fraction", "float", "the share of each head's features rotated, its first fraction x head_dim "
+                      "(Bamba: 0.5); the rest pass unturned", 1.0, 1e-6, 1),
             ),
             counts="no params; FLOPs not counted",
         ),
@@ -119,6 +130,65 @@ KINDS: dict[str, Kind] = {
             counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa (and 2 x head_dim for q/k norms)",
         ),
         Kind(
+            "short_conv",
+            "A gated causal depthwise convolution over the sequence (LFM2's short convolution): x is projected "
+            "to gates b, c and values h, and out(c * conv(b * h)); each channel's last kernel - 1 inputs are "
+            "its state.",
+            (_X, _DOC),
+            (
+                Param("kernel", "int", "taps of the convolution, the current position included", 3, 1, 1024),
+                Param("bias", "bool", "biases on the projections and the convolution", False),
+            ),
+            counts="4 x dim^2 matmul params (in 3 x dim, out dim) and kernel x dim taps; 2 x kernel x dim FLOPs "
+                   "a token for the taps, whatever the document length; a state of (kernel - 1) x dim a sequence",
+        ),
+        Kind(
+            "ssm",
+            "Mamba-2's selective state-space mixer: x projected to a gate z, values, B, C and a step dt; a "
+            "short causal convolution (SiLU) over values, B and C; each head's state h = exp(dt A) h + dt x "
+            "B^T read by C in a chunked scan, plus D x; a gated RMSNorm; the out projection.",
+            (_X, _DOC),
+            (
+                Param("heads", "int", "heads, each with its own decay A, skip D and step bias", low=1, high=4096),
+                Param("head_dim", "int", "width of one head's values; heads x head_dim is the inner width "
+                      "(Mamba-2's expand x dim)", 64, 1, 4096),
+                Param("state", "int", "the state's width N (d_state): each head carries head_dim x N numbers",
+                      128, 1, 4096),
+                Param("groups", "int", "groups of heads sharing one B and C (n_groups); divides heads", 1, 1, 4096),
+                Param("kernel", "int", "taps of the convolution over values, B and C", 4, 1, 1024),
+                Param("chunk", "int", "positions a chunk of the scan: quadratic within a chunk, a recurrence "
+                      "between chunks", 256, 1, 4096),
+                Param("bias", "bool", "biases on the in and out projections", False),
+                Param("conv_bias", "bool", "a bias on the convolution", True),
+                Param("eps", "float", "the gated RMSNorm's epsilon", 1e-5, 0, 1),
+            ),
+            counts="dim x (2 heads x head_dim + 2 groups x state + heads) + heads x head_dim x dim matmul params, "
+                   "taps and 3 x heads of its own; the scan's FLOPs a token depend on the chunk, not on the "
+                   "document length; a state of heads x head_dim x state a sequence",
+        ),
+        Kind(
+            "linear_attention",
+            "Gated DeltaNet's linear attention: q, k, v (a short causal convolution, SiLU; q and k "
+            "L2-normalised), each head's state S = exp(g) (I - beta k k^T) S + beta k v^T read by q in a "
+            "chunked scan (the delta rule; without it S = exp(g) S + k v^T, gated linear attention); "
+            "an RMSNorm gated by z; the out projection.",
+            (_X, _DOC),
+            (
+                Param("heads", "int", "value heads, each with its own state", low=1, high=4096),
+                Param("k_heads", "int", "query/key heads, each serving heads / k_heads value heads; default heads",
+                      None, 1, 4096),
+                Param("head_dim", "int", "width of one query/key head; default dim / heads", None, 1, 4096),
+                Param("value_dim", "int", "width of one value head; default head_dim", None, 1, 4096),
+                Param("kernel", "int", "taps of the convolution over q, k and v", 4, 1, 1024),
+                Param("chunk", "int", "positions a chunk of the scan", 64, 1, 4096),
+                Param("delta", "bool", "the delta rule (Gated DeltaNet); false: gated linear attention", True),
+                Param("eps", "float", "the gated RMSNorm's epsilon", 1e-6, 0, 1),
+            ),
+            counts="dim x (2 k_heads x head_dim + 2 heads x value_dim + 2 heads) + heads x value_dim x dim matmul "
+                   "params, taps and 2 x heads of its own; the scan's FLOPs a token depend on the chunk, not on "
+                   "the document length; a state of heads x head_dim x value_dim a sequence",
+        ),
+        Kind(
             "transformer_block",
             "A pre-norm residual block: x + attention(norm(x)), then + mlp(norm(x)) (post_norms: x + norm(attention(norm(x))), ...).",
             (_X,),
@@ -137,12 +207,34 @@ KINDS: dict[str, Kind] = {
             counts="its attention's and mlp's, plus two norms",
         ),
         Kind(
+            "mixer_block",
+            "A pre-norm residual block around a stateful token mixer: x + mixer(norm(x)), then + mlp(norm(x)) "
+            "when it has an mlp (Mamba-2's blocks have none).",
+            (_X,),
+            (
+                Param("dim", "int", "width of the residual stream; default the input's", None, 1, MAX_WIDTH),
+                Param("norm", "enum", "the normalisation before each half", "rmsnorm", choices=("rmsnorm", "layernorm")),
+                Param("eps", "float", "the norms' epsilon", 1e-5, 0, 1),
+                Param("mixer", "object", "the mixer: {kind, params}, kind one of short_conv, ssm, linear_attention"),
+                Param("mlp", "object", "an mlp's params; null for none", None, nullable=True),
+            ),
+            extra_ports=True,
+            extra_doc="any other port (doc) is handed down to its mixer by name",
+            counts="its mixer's and mlp's, plus a norm each",
+        ),
+        Kind(
             "stack",
             "Repeats a block, feeding each repetition's output to the next.",
             (_X,),
             (
                 Param("repeat", "int", "number of repetitions", low=1, high=MAX_REPEAT),
-                Param("block", "object", "the block repeated: {kind, params}"),
+                Param("block", "object", "the block repeated: {kind, params}; null when blocks and layers say it",
+                      None, nullable=True),
+                Param("blocks", "object", "named blocks for a hybrid stack: {name: {kind, params}}, with layers", None,
+                      nullable=True),
+                Param("layers", "names", "the blocks' names taken in turn, repetition i the (i mod n)th (LFM2's "
+                      "layer_types; [\"ssm\", ..., \"attention\"] for a 7:1 hybrid); divides repeat", None,
+                      nullable=True),
                 Param("windows", "windows", "attention windows taken in turn, repetition i the (i mod n)th, null "
                       "for none (Gemma 2's [4096, null]); replaces the block's window; divides repeat", None,
                       nullable=True),

@@ -21,13 +21,17 @@ from typing import Any
 from ..errors import TensorcadError, join, shown
 from . import expr as E
 from .catalog import KINDS
+from .expand_mixers import MixerExpander
 from .model import Attention, Node, Wire
 from .raw import check_kind, no_unknown
 from .schema import Kind, check_params
 
 
-class Expander:
-    """Builds nodes by kind; ``nodes`` holds the top-level nodes resolved so far (a tie names one)."""
+class Expander(MixerExpander):
+    """Builds nodes by kind; ``nodes`` holds the top-level nodes resolved so far (a tie names one).
+
+    The stateful mixers, the block around one and a hybrid stack's named blocks are
+    `MixerExpander`'s (`expand_mixers`)."""
 
     nodes: dict[str, Node]
 
@@ -82,6 +86,10 @@ class Expander:
             raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} is odd; rotary pairs features")
         if dim_in is not None and dim_in % params["head_dim"]:
             raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} does not divide the input width {dim_in}")
+        rotated = params["fraction"] * params["head_dim"]
+        if params["fraction"] != 1.0 and (rotated != int(rotated) or int(rotated) % 2 or rotated < 2):
+            raise TensorcadError(join(path, "fraction"), f"{params['fraction']} x head_dim {params['head_dim']} is "
+                                                         f"{rotated:g} features; rotary pairs need an even number")
         return self._leaf("rope", id, name, path, params, dim_in, dim_in, [w for w in handed.values() if w.port == "pos"])
 
     def _sdpa(self, id, name, path, params, dim_in, handed) -> Node:
@@ -218,6 +226,12 @@ class Expander:
 
     def _stack(self, id, name, path, params, dim_in, handed) -> Node:
         block = params["block"]
+        if block is None or params["blocks"] is not None or params["layers"] is not None:
+            if block is not None:
+                raise TensorcadError(join(path, "block"), "a stack takes a block, or blocks and layers, not both")
+            children = self._named_blocks(name, path, params, dim_in, handed)
+            node = self._leaf("stack", id, name, path, params, dim_in, dim_in, handed.values())
+            return replace(node, children=tuple(children), repeat=params["repeat"] // len(children))
         bpath = join(path, "block")
         if "params" in block:
             no_unknown(block, ("kind", "params"), bpath, "a block")

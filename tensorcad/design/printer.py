@@ -35,8 +35,10 @@ def _node(node: Node, depth: int, out: list[str]) -> None:
             out.append(f"{pad}  score {E.to_text(a.score)}")
     else:
         shown = {k: v for k, v in node.params.items()
-                 if node.kind not in ("transformer_block", "stack", "gqa_attention")
-                 or k not in ("attention", "mlp", "block", "mask", "score")}
+                 if node.kind not in ("transformer_block", "stack", "gqa_attention", "mixer_block")
+                 or k not in ("attention", "mlp", "block", "mask", "score", "blocks", "mixer")}
+        if node.kind == "stack" and shown.get("layers") is None:  # a hybrid stack's only
+            shown.pop("layers", None)
         if shown:
             out.append(f"{pad}  " + ", ".join(f"{k} {_value(v)}" for k, v in shown.items()))
     for w in node.wires:

@@ -8,6 +8,7 @@ prose, what it means; the same specs print `tensorcad catalog` and generate
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,12 +27,14 @@ REQUIRED: Any = _Required()
 MAX_WIDTH = 1 << 20
 MAX_VOCAB = 1 << 24
 MAX_REPEAT = 4096
+# A name a design gives one of its parts (a stack's blocks): it reaches generated code as a string.
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 @dataclass(frozen=True)
 class Param:
     name: str
-    type: str  # int, float, bool, enum, expr, object, shape, ref, windows
+    type: str  # int, float, bool, enum, expr, object, shape, ref, windows, names
     doc: str
     default: Any = REQUIRED
     low: float | None = None
@@ -95,6 +98,14 @@ class Param:
             for i, w in enumerate(value):
                 if w is not None and (isinstance(w, bool) or not isinstance(w, int) or not 1 <= w <= 1 << 24):
                     raise TensorcadError(join(path, i), f"{w!r} is not a window: a positive integer or null")
+            value = tuple(value)
+        elif kind == "names":
+            if not isinstance(value, list) or not 1 <= len(value) <= MAX_REPEAT:
+                raise TensorcadError(path, f"expected a list of 1 to {MAX_REPEAT} names")
+            for i, name in enumerate(value):
+                if not isinstance(name, str) or not NAME.fullmatch(name):
+                    raise TensorcadError(join(path, i), f"{shown(name)} is not a name (a letter or _, then "
+                                                        "letters, digits and _, at most 64)")
             value = tuple(value)
         elif kind == "shape":
             if not isinstance(value, list) or not value or len(value) > 4:

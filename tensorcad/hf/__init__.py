@@ -6,7 +6,8 @@
   weights through;
 - ``adapters``: a Hugging Face model (or any model) as the ``model_fn(ids, documents,
   positions)`` the certificates call, packed the way it is trained (`hf_causal_lm`);
-- ``diagnosis``: when a certificate fails on a Hugging Face model, the setting to blame.
+- ``diagnosis``: when a certificate fails on a Hugging Face model, the setting to blame
+  (for a hybrid family, its stateful layers and what they need: ``hybrid_packing``).
 
 No torch and no transformers at import: a config is JSON, a weight map is data, and the
 adapters import torch only when an adapted model runs. The harness re-exports the adapters.
@@ -20,12 +21,12 @@ from typing import Any
 from ..errors import TensorcadError
 from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
 from .config import Disposition, Reader, looks_like_config, read_config
-from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
+from .diagnosis import diagnose, diagnose_failure, mixer_hints, reachable_hf_models
 from .families import SUPPORTED, family
 
 __all__ = ["PACKINGS", "SUPPORTED", "Disposition", "adapt", "call", "design_from_config", "diagnose",
            "diagnose_failure", "dispositions", "document_mask", "hf_causal_lm", "import_hf", "is_encoder",
-           "is_hf_model", "load_design", "looks_like_config", "reachable_hf_models", "unwrapped"]
+           "is_hf_model", "load_design", "looks_like_config", "mixer_hints", "reachable_hf_models", "unwrapped"]
 
 
 def _read(config: dict[str, Any], where: str, documents: bool, positions: bool, name: str | None):

@@ -27,7 +27,9 @@ from typing import Any
 
 from tensorcad.errors import TensorcadError
 
-PACKINGS = ("position_ids", "mask", "flash_kwargs")
+from .hybrid_packing import REFUSAL, mixer_hint, seq_idx_refusal
+
+PACKINGS = ("position_ids", "mask", "flash_kwargs", "seq_idx")
 # transformers' own attention implementations that take cu_seq_lens/max_length keyword
 # arguments and ignore them without a word (they would attend across documents). Flash
 # implementations and attention functions registered with AttentionInterface may read them.
@@ -159,6 +161,12 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
       collator gives them, the batch flattened to one row; eager, sdpa and
       flex_attention ignore them, so those are refused (flash implementations
       and registered varlen attention functions read them).
+    - ``"seq_idx"``: for the hybrid families whose stateful layers read them
+      (``hybrid_packing.PATHS``: Bamba, Falcon-H1, LFM2), the packed position ids
+      with ``seq_idx`` and ``cu_seqlens``, the batch flattened to one row as the
+      collator flattens it. Only the CUDA kernels read them; where transformers
+      refuses them, the call fails with one line naming the family, its
+      stateful layers and what they need.
 
     ``positions`` None: derived from the documents. The output is ``logits``
     (``last_hidden_state`` for a bare encoder) unless ``output`` names another.
@@ -177,6 +185,8 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
                                         "use packing='mask'")
     if packing == "mask":
         _window(model.config)  # refuse a model whose layers differ now, not on the first call
+    if packing == "seq_idx" and seq_idx_refusal(unwrapped(model)) is not None:
+        raise TensorcadError("packing", seq_idx_refusal(unwrapped(model)))
     # A compiled model's forward takes (*args, **kwargs): read the keywords from the model it compiles.
     extra = {"use_cache": False} if "use_cache" in inspect.signature(unwrapped(model).forward).parameters else {}
 
@@ -187,6 +197,8 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
         if packing == "mask":
             mask = document_mask(model, documents)
             return _outputs(model(input_ids=ids, attention_mask=mask, position_ids=positions, **extra), output)
+        if packing == "seq_idx":
+            return _seq_idx_call(model, ids, documents, positions, extra, output)
         from tensorcad.packing import flash_kwargs_of
 
         B, T = ids.shape
@@ -198,6 +210,24 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
 
     name = type(unwrapped(model)).__name__ + (", compiled" if unwrapped(model) is not model else "")
     return _Adapted(model, model_fn, f"hf_causal_lm({name}, packing={packing!r})")
+
+
+def _seq_idx_call(model: Any, ids: Any, documents: Any, positions: Any, extra: dict, output: Any) -> Any:
+    """The batch as one row, with its seq_idx and cu_seqlens: transformers' refusal worded as the family's need."""
+    from tensorcad.packing import cu_seqlens_of, documents_of_cu_seqlens, seq_idx_of
+
+    B, T = ids.shape
+    cu = cu_seqlens_of(documents.to("cpu"))
+    seq_idx = seq_idx_of(documents_of_cu_seqlens(cu, B * T, 1))
+    kwargs = {"seq_idx": seq_idx.to(ids.device), "cu_seqlens": cu.to(ids.device)}
+    try:
+        out = model(input_ids=ids.reshape(1, B * T), position_ids=positions.reshape(1, B * T), **kwargs, **extra)
+    except ValueError as error:
+        if REFUSAL not in str(error):
+            raise
+        raise TensorcadError("packing", f"{type(unwrapped(model)).__name__}: {mixer_hint(unwrapped(model))}") from None
+    out = _outputs(out, output)
+    return out.reshape(B, T, *out.shape[2:])
 
 
 # --- any model, by keyword ---------------------------------------------------------------------

@@ -136,6 +136,17 @@ class Reader:
                                  "refused rather than dropped (remove it if it computes nothing)")
 
 
+# transformers writes an infinite or NaN float (Mamba-2's time_step_limit is (0.0, inf)) as an
+# object, {"__float__": "Infinity"}, for JSON readers that take no Infinity; it reads it back.
+_SPECIAL_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _special_float(obj: dict[str, Any]) -> Any:
+    if len(obj) == 1 and obj.get("__float__") in _SPECIAL_FLOATS:
+        return _SPECIAL_FLOATS[obj["__float__"]]
+    return obj
+
+
 def read_config(source: str | Path) -> tuple[dict[str, Any], str]:
     """(the config's content, the path it was read from): a config.json or a model directory."""
     from ..design.load import read_bounded
@@ -159,7 +170,7 @@ def read_config(source: str | Path) -> tuple[dict[str, Any], str]:
     except OSError as e:
         raise TensorcadError(str(path), f"cannot be read ({e.strerror})") from None
     try:
-        content = json.loads(text)
+        content = json.loads(text, object_hook=_special_float)
     except json.JSONDecodeError as e:
         raise TensorcadError(str(path), f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
     if not isinstance(content, dict):

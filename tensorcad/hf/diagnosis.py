@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .adapters import is_encoder, is_hf_model, unwrapped
+from .hybrid_packing import mixer_hint
 
 
 def reachable_hf_models(model_fn: Any) -> list[Any]:
@@ -53,6 +54,9 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     """The setting to change, given the keywords a Hugging Face model was called with; None if none is known."""
     import torch
 
+    mixers = mixer_hint(unwrapped(model))  # layers that carry state: no setting of attention's is the cause
+    if mixers is not None:
+        return mixers
     position_ids = kwargs.get("position_ids", positions)
     mask = kwargs.get("attention_mask")
     packed = _restarts(position_ids)
@@ -111,3 +115,12 @@ def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, pos
             if hint:
                 hints.append(f"{type(unwrapped(model)).__name__}: {hint}")
     return hints
+
+
+def mixer_hints(model_fn: Callable[..., Any]) -> list[str]:
+    """One line per hybrid Hugging Face model ``model_fn`` reaches whose stateful layers no setting keeps apart.
+
+    Needs no run: which layers carry state, and what transformers needs to reset
+    them, is the family's (``hybrid_packing``), whatever the call was."""
+    return [f"{type(unwrapped(m)).__name__}: {mixer_hint(unwrapped(m))}" for m in reachable_hf_models(model_fn)
+            if mixer_hint(unwrapped(m)) is not None]

@@ -1,4 +1,5 @@
-"""Each supported `model_type` read into a design: Llama's family, Gemma 2 and GPT-2.
+"""Each supported `model_type` read into a design: Llama's family, Gemma 2 and GPT-2 (and the
+hybrids Mamba-2, Bamba and LFM2, whose readers are `hybrid_families`).
 
 A family takes every key its config class writes (`transformers.<X>Config().to_dict()`)
 and says where it goes; `Reader.finish` refuses the rest. The designs use the ids the
@@ -12,6 +13,7 @@ from typing import Any
 
 from ..errors import TensorcadError
 from .config import Reader
+from .hybrid_families import HYBRID, READERS
 
 DOCUMENT_MASK = "doc(b, q) == doc(b, kv)"
 _BLOCK = "nodes[1].params.block.params"
@@ -19,7 +21,7 @@ _ATTN = f"{_BLOCK}.attention"
 
 # pre-norm RMSNorm blocks, SwiGLU and rotary GQA, differing in biases, q/k norms and windows
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
-SUPPORTED = LLAMA_LIKE + ("gemma2", "gpt2")
+SUPPORTED = LLAMA_LIKE + ("gemma2", "gpt2") + HYBRID
 # Families transformers has that the design language cannot say yet, with what it lacks.
 NOT_YET = {
     "gemma3": "a rotary base of its own for the local layers (rope_local_base_freq) is not in the design language yet",
@@ -320,4 +322,6 @@ def family(model_type: Any, where: str):
         return gemma2
     if model_type in LLAMA_LIKE:
         return llama_like
+    if model_type in READERS:  # layers that carry state: hybrid_families
+        return READERS[model_type]
     raise TensorcadError(where, f"unknown model_type {model_type!r} (supported: {', '.join(SUPPORTED)})")

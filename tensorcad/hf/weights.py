@@ -18,6 +18,8 @@ from typing import Callable
 
 from ..design.model import Design, Node
 from ..errors import TensorcadError
+from .hybrid_weights import CLASSES as HYBRID_CLASSES
+from .hybrid_weights import embedding_key, hybrid_rows
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Entry:
     hf: str
     ours: tuple[str, ...]
     transpose: bool = False
+    block: str | None = None  # a hybrid stack's layer type the row is for; None: every layer (or none)
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class WeightMap:
 _CLASSES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gpt2": "GPT2LMHeadModel",
+    **HYBRID_CLASSES,
 }
 
 
@@ -64,6 +68,11 @@ def weight_map(design: Design, attr: Callable[[str], str] = lambda id: id) -> We
     if model_type not in _CLASSES:
         raise TensorcadError("hf.model_type", f"no weight map for {model_type!r} (maps: {', '.join(_CLASSES)})")
     embed, stack = _top(design, "embedding"), _top(design, "stack")
+    if model_type in HYBRID_CLASSES:  # layers of different kinds: each row says which (hybrid_weights)
+        head = design.node(design.output)
+        entries = tuple(Entry(hf_key, (ours,), block=block) for hf_key, ours, block in hybrid_rows(design, attr))
+        tied = (("lm_head.weight", embedding_key(model_type)),) if head.params["tie"] is not None else ()
+        return WeightMap(model_type, _CLASSES[model_type], entries, tied)
     head = design.node(design.output)
     norm = design.node(head.sources["x"])
     block = stack.children[0]

@@ -42,17 +42,24 @@ VALIDATE = closed({"ok": {"type": "boolean", "const": True}, "name": STRING, "no
 _FLOPS = {name: NUMBER for name in ("fwdPerToken", "trainPerToken", "fwdAttention", "keysPerQuery",
                                     "attentionShare", "fwdAttentionBlocks", "blockRatio")}
 _FLOPS["packing"] = OBJECT  # under a packing: what it did to the rows (padding, documents split)
+_FLOPS["fwdMixing"] = NUMBER  # a design with stateful mixers: their taps and scans
 _TRAINING = closed({"tokens": NUMBER, "seconds": NUMBER, "gpuHours": NUMBER, "cost": NUMBER,
                     "count": {"type": "string", "enum": ["blocks"]}}, optional=("count",))
-_SERVING = closed({"fwdPerToken": NUMBER, "perStream": closed({"kvCacheBytes": NUMBER, "decodeFlopsPerToken": NUMBER})},
+_SERVING = closed({"fwdPerToken": NUMBER, "perStream": closed({"kvCacheBytes": NUMBER, "decodeFlopsPerToken": NUMBER,
+                                                                "stateBytes": NUMBER}, optional=("stateBytes",))},
                   optional=("perStream",))
+# a design with stateful mixers: each distinct block (analysis.layers.LayerFlops)
+_LAYER = closed({"name": STRING, "block": STRING, "mixer": STRING, "layers": INTEGER, "fwdPerToken": NUMBER,
+                 "packedFwdPerToken": NUMBER, "readsDocuments": BOOLEAN, "movesWithDocumentLength": BOOLEAN},
+                optional=("block", "packedFwdPerToken"))
 ANALYZE = closed({"design": STRING, "operatingPoint": operating_point_schema("report"),
                   "params": closed({"total": INTEGER, "embedding": INTEGER, "matmul": INTEGER}),
-                  "flops": closed({**_FLOPS, "packed": closed(_FLOPS, optional=("packing",))},
-                                  optional=("packing", "packed")),
+                  "flops": closed({**_FLOPS, "packed": closed(_FLOPS, optional=("packing", "fwdMixing"))},
+                                  optional=("packing", "packed", "fwdMixing")),
                   "training": _TRAINING, "serving": _SERVING,
-                  "warnings": {"type": "array", "items": STRING}, "contextParallel": OBJECT},
-                 optional=("warnings", "contextParallel"))
+                  "warnings": {"type": "array", "items": STRING}, "contextParallel": OBJECT,
+                  "layers": {"type": "array", "items": _LAYER}},
+                 optional=("warnings", "contextParallel", "layers"))
 RULES = listed(closed({"rule": STRING, "severity": {"type": "string", "enum": ["error", "warn", "note"]},
                        "message": STRING, "path": STRING}))
 CODEGEN = closed({"name": STRING, "scale": nullable(INTEGER), "source": STRING})

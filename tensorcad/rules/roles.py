@@ -12,6 +12,7 @@ from typing import Iterator
 
 from ..design.expr import reads
 from ..design.masks import MADE_UP_ROLES
+from ..design.mixers import documents_wire, mixers
 from ..design.model import Design, Wire
 from .registry import Diagnostic, rule
 
@@ -27,7 +28,7 @@ def _found(wire: Wire) -> str:
 
 
 @rule("input-roles", "error", "a mask's tensor must come from a documents or positions input; "
-      "a rotation's or position table's positions from a positions input")
+      "a rotation's or position table's positions from a positions input; a mixer's doc from a documents input")
 def input_roles(design: Design, op, context) -> Iterator[Diagnostic]:
     for node, _ in design.walk():
         a = node.attention
@@ -51,3 +52,12 @@ def input_roles(design: Design, op, context) -> Iterator[Diagnostic]:
                     "it must come from an input whose role is positions",
                     node.path,
                 )
+    for m in mixers(design):  # each mixer of the design file once, however many layers run it
+        wire = documents_wire(m.node)
+        if wire is not None and wire.role != "documents":
+            yield Diagnostic(
+                "input-roles", "error",
+                f"the mixer {m.name} resets its state by port 'doc', followed {_route(wire)} back to "
+                f"{_found(wire)}; it must come from an input whose role is documents",
+                m.path,
+            )

@@ -1,7 +1,7 @@
 """The walkthrough: what each part of a design does, in plain words, with its figures.
 
-One step per stage a token goes through (inputs, embedding, blocks,
-attention, head). The attention step says what the mask is for: that it
+One step per stage a token goes through (inputs, embedding, blocks, the
+stateful mixers where a design has them, attention, head). The attention step says what the mask is for: that it
 keeps packed documents apart when it reads a documents input, and that the
 positions restart when a positions input is wired; under a packing it adds
 what the attention then costs and what a block-sparse kernel computes.
@@ -12,6 +12,7 @@ from __future__ import annotations
 from tensorcad.analysis.report import Report
 from tensorcad.design.expr import to_text
 from tensorcad.design.masks import reads_documents
+from tensorcad.design.mixers import RESET, mixers
 from tensorcad.design.model import Design, Node
 
 ROLE_WORDS = {
@@ -76,7 +77,13 @@ def _block_words(block: Node) -> str:
 def _blocks(design: Design, report: Report) -> dict:
     lines = []
     for n in design.nodes:
-        if n.kind == "stack" and n.children:
+        if n.kind == "stack" and n.params.get("layers") is not None:
+            cycle = n.params["layers"]
+            counts = ", ".join(f"{name} ({child.kind}) {n.repeat * cycle.count(name)}"
+                               for name, child in dict(zip(cycle, n.children)).items())
+            lines.append(f"{n.id} runs {n.repeat * len(cycle)} layers, {len(cycle)} taken in turn "
+                         f"({', '.join(cycle)}): {counts}.")
+        elif n.kind == "stack" and n.children:
             block = n.children[0]
             what = _block_words(block) if block.kind == "transformer_block" else f"each is a {block.kind}"
             lines.append(f"{n.id} repeats one {block.kind} {n.repeat} times: {what}.")
@@ -152,7 +159,26 @@ def _head(design: Design, report: Report) -> dict:
     return _step("head", "Head", lines)
 
 
+def _mixers(design: Design, report: Report) -> dict:
+    lines = []
+    for m in mixers(design):
+        kept = (RESET if m.resets else
+                "it reads no documents, so its state carries from one packed document into the next")
+        lines.append(f"{m.layers} layer{'s' if m.layers != 1 else ''} mix tokens with a {m.kind} mixer, "
+                     f"which carries {m.state} from each position to the next; {kept}.")
+    f = report.flops
+    lines.append(f"Their taps and scans cost {_flop(f.fwd_mixing)} a token, and the document length moves "
+                 "none of it: a reset zeroes numbers, it skips no multiply.")
+    stream = report.per_stream
+    if stream is not None and stream.state_bytes is not None:
+        lines.append(f"Serving, a stream keeps {stream.state_bytes / 2**20:,.2f} MiB of their state at any "
+                     "context, where attention keeps a cache growing with it.")
+    return _step("mixers", "Mixers", lines)
+
+
 def walkthrough(design: Design, report: Report) -> list[dict]:
-    """The steps, in the order a token meets them: [{step, title, text}]."""
-    return [_inputs(design), _embedding(design, report), _blocks(design, report),
-            _attention(design, report), _head(design, report)]
+    """The steps, in the order a token meets them: [{step, title, text}] (mixers only where there are)."""
+    steps = [_inputs(design), _embedding(design, report), _blocks(design, report)]
+    if mixers(design):
+        steps.append(_mixers(design, report))
+    return steps + [_attention(design, report), _head(design, report)]

@@ -52,6 +52,18 @@ def test_walkthrough_says_each_stage_with_the_report_s_figures(capsys):
     assert f"a query keeps {report['flops']['packed']['keysPerQuery']:,.1f} keys" in attention
 
 
+def test_walkthrough_of_a_hybrid_says_what_its_mixers_carry_and_reset(capsys):
+    code, out, _ = run(capsys, "walkthrough", "mamba2-hybrid-documents", "--json")
+    _, report, _ = run(capsys, "analyze", "mamba2-hybrid-documents", "--json")
+    report = json.loads(report)
+    steps = {s["step"]: s["text"] for s in json.loads(out)["steps"]}
+    assert code == 0 and list(steps) == ["inputs", "embedding", "blocks", "mixers", "attention", "head"]
+    assert "42 layers mix tokens with a ssm mixer" in steps["mixers"]
+    assert "its state is zero at each document's first token" in steps["mixers"]
+    assert f"{report['serving']['perStream']['stateBytes'] / 2**20:,.2f} MiB" in steps["mixers"]
+    assert "mamba (mixer_block) 42, attention (transformer_block) 6" in steps["blocks"]
+
+
 @pytest.mark.parametrize("command,key", [("show", "text"), ("codegen", "source")])
 def test_json_holds_the_text_the_command_prints(capsys, command, key):
     _, text, _ = run(capsys, command, "nano-sort")

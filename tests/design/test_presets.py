@@ -9,7 +9,7 @@ from tensorcad.analysis.params import count_params
 from tensorcad.design import load, preset_names
 
 PRESETS = ["gpt2-small", "gpt2-small-documents", "llama-3-70b", "llama-3-8b", "llama-3-8b-documents", "llama-3.1-405b",
-           "mistral-7b", "nano-sort", "t5-bias"]
+           "mamba2-hybrid-documents", "mistral-7b", "nano-sort", "t5-bias"]
 
 
 def test_every_preset_ships():

@@ -43,3 +43,27 @@ def tiny_gemma2(transformers, layers=4):
         vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=layers, num_attention_heads=4,
         num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=WINDOW,
         query_pre_attn_scalar=24, **_NO_TOKENS)
+
+
+# The hybrids: layers that carry state (Mamba-2's scan, LFM2's short convolution) beside attention.
+HYBRID_FAMILIES = ("mamba2", "bamba", "lfm2")
+HYBRID_CONFIG_CLASSES = {"mamba2": "Mamba2Config", "bamba": "BambaConfig", "lfm2": "Lfm2Config"}
+HYBRID_CHUNK = 8  # the scans' chunk, shorter than the packed documents
+HYBRID_KERNEL = 4  # the convolutions' taps
+
+
+def tiny_hybrid(transformers, family: str):
+    t = transformers
+    if family == "mamba2":
+        return t.Mamba2Config(vocab_size=97, hidden_size=32, num_heads=4, head_dim=16, state_size=8, n_groups=2,
+                              num_hidden_layers=2, chunk_size=HYBRID_CHUNK, conv_kernel=HYBRID_KERNEL, **_NO_TOKENS)
+    if family == "bamba":  # attention in the middle layer, rotating half of each head
+        return t.BambaConfig(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                             num_attention_heads=4, num_key_value_heads=2, attn_layer_indices=[1], mamba_n_heads=4,
+                             mamba_d_head=16, mamba_n_groups=2, mamba_d_state=8, mamba_d_conv=HYBRID_KERNEL,
+                             mamba_chunk_size=HYBRID_CHUNK, max_position_embeddings=128, **_NO_TOKENS)
+    if family == "lfm2":
+        return t.Lfm2Config(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3,
+                            num_attention_heads=4, num_key_value_heads=2, layer_types=["conv", "full_attention", "conv"],
+                            conv_L_cache=HYBRID_KERNEL, max_position_embeddings=128, **_NO_TOKENS)
+    raise AssertionError(family)

@@ -13,6 +13,9 @@ probs @ v. The linear layers must equal the analysis exactly,
 and masks afterwards, so its attention is the dense ``4 × T × S × head_dim ×
 heads × B`` per layer, not the analysis's kept-score figure; both are reported,
 with the analysis's whole-block figure, which is what a block-sparse kernel runs.
+A stateful mixer's convolution taps and chunked scan are batched matmuls too: the
+``bmm`` count is then the dense attention plus the analysis's mixing
+(``flops.fwdMixing``), exactly.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ class FlopProfile:
     seq: int
     by_op: dict[str, int]  # every counted op, e.g. {"aten.mm": …}
     matmul: int  # counted: linear layers
-    attention: int  # counted: q @ kᵀ and probs @ v
+    attention: int  # counted: q @ kᵀ and probs @ v, and the mixers' taps and scans
     other: int  # counted: anything else (convolutions, SDPA on another device)
     expected_matmul: int  # 2 × params.matmul × B × T
     dense_attention: int  # what the eager form computes: every score, then masked
     kept_attention: float  # the analysis's fwdAttention × B × T (scores the mask keeps)
     block_attention: float  # the analysis's fwdAttentionBlocks × B × T (whole 128 × 128 blocks)
+    mixing: int = 0  # the analysis's fwdMixing × B × T: the mixers' taps and scans
 
     @property
     def total(self) -> int:
@@ -53,7 +57,7 @@ class FlopProfile:
 
     @property
     def attention_agrees(self) -> bool:
-        return self.attention == self.dense_attention
+        return self.attention == self.dense_attention + self.mixing
 
     @property
     def passed(self) -> bool:
@@ -65,7 +69,7 @@ class FlopProfile:
             "matmul": self.matmul, "expectedMatmul": self.expected_matmul,
             "attention": self.attention, "denseAttention": self.dense_attention,
             "keptAttention": self.kept_attention, "blockAttention": self.block_attention,
-            "other": self.other, "total": self.total,
+            "other": self.other, "total": self.total, **({"mixing": self.mixing} if self.mixing else {}),
         }
 
 
@@ -110,4 +114,5 @@ def profile(model: torch.nn.Module, design: Design, inputs: dict[str, torch.Tens
         dense_attention=dense_attention_flops(design, rows, seq),
         kept_attention=flops.fwd_attention * tokens,
         block_attention=flops.fwd_attention_blocks * tokens,
+        mixing=round(report.flops.fwd_mixing * tokens),  # a row's own work: the same packed or not
     )

@@ -23,6 +23,8 @@ MAX_CONTEXT = 1024
 MAX_WINDOW = 128
 MIN_WINDOW = 16
 MAX_PARAMS = 1_000_000_000
+MAX_STATE = 16  # a mixer's state width and heads: a few, so a scan stays quick on a CPU
+MAX_CHUNK = 32  # a scan's chunk: rows of a few hundred tokens then cross several, and its L x L work stays small
 DEPTHS = (4, 2, 6, 8, 3, 1)  # tried in this order; ties go to the earlier
 
 
@@ -79,11 +81,35 @@ class _Plan:
         else:
             new_head_dim = self.w(head_dim)
         new_head_dim = max(2, new_head_dim - new_head_dim % 2)
+        fraction = p["rope"].get("fraction", 1.0) if isinstance(p.get("rope"), dict) else 1.0
+        if fraction != 1.0 and (2 / fraction).is_integer():  # partial rotary: an even number of features still turn
+            step = round(2 / fraction)
+            new_head_dim = max(step, new_head_dim - new_head_dim % step)
         p["heads"], p["kv_heads"], p["head_dim"] = new_heads, new_kv, new_head_dim
         if p.get("window") is not None:
             p["window"] = self.window(p["window"])
         if isinstance(p.get("rope"), dict) and "head_dim" in p["rope"]:
             p["rope"]["head_dim"] = new_head_dim
+
+    def mixer(self, kind: str, p: dict, dim_in: int | None) -> None:
+        """A stateful mixer shrunk: as many heads or fewer, their widths with the stream's, a small state."""
+        if kind == "ssm":
+            heads, groups = p["heads"], p.get("groups", 1)
+            new_heads = max(groups, min(heads, MAX_STATE) // groups * groups) if groups <= MAX_STATE else heads
+            new_groups = math.gcd(new_heads, groups)
+            p["head_dim"] = max(2, self.w(heads * p.get("head_dim", 64)) // new_heads)
+            p["heads"], p["groups"] = new_heads, new_groups
+            p["state"] = min(p.get("state", 128), MAX_STATE)
+            p["chunk"] = min(p.get("chunk", 256), MAX_CHUNK)
+        elif kind == "linear_attention":
+            heads = p["heads"]
+            new_heads, new_k = _kv_heads(heads, p.get("k_heads") or heads)
+            head_dim = p.get("head_dim") or (dim_in // heads if dim_in else 2)
+            p["heads"], p["k_heads"] = new_heads, new_k
+            p["head_dim"] = max(2, self.w(head_dim))
+            if p.get("value_dim") is not None:
+                p["value_dim"] = max(2, self.w(p["value_dim"]))
+            p["chunk"] = min(p.get("chunk", 64), MAX_CHUNK)
 
     def params(self, kind: str, node_id: str | None, p: dict, dim_in: int | None) -> int | None:
         """Rewrite `p` in place; return the node's output width in the original design."""
@@ -112,6 +138,23 @@ class _Plan:
                 p["dim"] = self.w(p["dim"])
             self.attention(p["attention"], dim_in)
             p["mlp"]["hidden"] = self.w(p["mlp"]["hidden"])
+            return dim_in
+        if kind in ("short_conv", "ssm", "linear_attention"):
+            self.mixer(kind, p, dim_in)
+            return dim_in
+        if kind == "mixer_block":
+            if p.get("dim") is not None:
+                p["dim"] = self.w(p["dim"])
+            mixer = p["mixer"]
+            self.params(mixer["kind"], None, mixer["params"] if "params" in mixer else mixer, dim_in)
+            if p.get("mlp") is not None:
+                p["mlp"]["hidden"] = self.w(p["mlp"]["hidden"])
+            return dim_in
+        if kind == "stack" and p.get("blocks") is not None:  # a hybrid: whole cycles of its layers
+            cycle = len(p.get("layers") or ())
+            p["repeat"] = max(cycle, min(p["repeat"], self.depth) // max(cycle, 1) * cycle)
+            for block in p["blocks"].values():
+                self.params(block["kind"], None, block["params"] if "params" in block else block, dim_in)
             return dim_in
         if kind == "stack":
             cycle = len(p["windows"]) if p.get("windows") else 1  # blocks taken in turn stay whole cycles

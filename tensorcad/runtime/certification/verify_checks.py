@@ -37,17 +37,19 @@ def forward_check(s: Subject) -> Check:
 
 def flops_check(s: Subject) -> Check:
     from tensorcad.design.masks import reads_documents
+    from tensorcad.design.mixers import reads_documents as mixers_reset
     from tensorcad.runtime.building.profile import profile
 
-    uses = any(reads_documents(a) for a, _ in s.small.attentions())
+    uses = any(reads_documents(a) for a, _ in s.small.attentions()) or mixers_reset(s.small)
     p = profile(s.model("flex").module, s.small, s.inputs, s.packing if uses else None, seed=s.settings.seed)
     figures = p.to_json()
     if not p.matmul_agrees:
         return failed("flops", f"linear layers counted {p.matmul:,} FLOPs; the analysis says "
                                f"2 × params.matmul × B × T = {p.expected_matmul:,}", figures)
     if not p.attention_agrees:
+        mixing = f" and the mixers' taps and scans {p.mixing:,}" if p.mixing else ""
         return failed("flops", f"attention counted {p.attention:,} FLOPs; the eager form computes "
-                               f"{p.dense_attention:,} (every score, then masked)", figures)
+                               f"{p.dense_attention:,} (every score, then masked){mixing}", figures)
     if p.other:
         return failed("flops", f"{p.other:,} FLOPs in ops that are neither linear nor attention: {p.by_op}", figures)
     return passed("flops", f"linear {p.matmul:,} = 2·matmul params·B·T; attention {p.attention:,} dense "

@@ -41,8 +41,8 @@ def small(design, params=150_000, form="flex", depth=None):
     if depth is not None:  # after scaling, which picks its own depth
         raw = scaled.to_dict()
         for node in raw["nodes"]:
-            if node["kind"] == "stack":
-                node["params"]["repeat"] = depth
+            if node["kind"] == "stack":  # a hybrid's one whole cycle of its layers
+                node["params"]["repeat"] = max(depth, len(node["params"].get("layers") or ()))
         scaled = resolve(raw)
     model = build(scaled, form=form)
     namespace(model)["COMPILE"].update(flex_attention=False, create_block_mask=False)
