@@ -75,7 +75,34 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     if mask is None and position_ids is not None and not packed:
         return ("the position_ids never restart: pass each token's position in its document "
                 "(tensorcad.packing.positions_of(documents), the collator's position_ids)")
-    return None
+    return rope_cause(model, position_ids, kwargs.get("input_ids"))
+
+
+# Rope scalings whose frequencies transformers recomputes from the largest position in the whole batch.
+ROW_DEPENDENT_ROPE = ("dynamic", "longrope")
+
+
+def rope_cause(model: Any, position_ids: Any, ids: Any = None) -> str | None:
+    """A rope scaling that makes each document depend on the longest one of its batch, when it did here."""
+    import torch
+
+    parameters = getattr(model.config, "rope_parameters", None) or {}
+    rope_type = parameters.get("rope_type") if isinstance(parameters, dict) else None
+    if rope_type not in ROW_DEPENDENT_ROPE:
+        return None
+    original = (parameters.get("original_max_position_embeddings") if rope_type == "longrope"
+                else getattr(model.config, "max_position_embeddings", None))
+    if isinstance(position_ids, torch.Tensor) and position_ids.numel():
+        longest = int(position_ids.max()) + 1
+    elif isinstance(ids, torch.Tensor) and ids.dim() == 2:
+        longest = ids.shape[1]
+    else:
+        return None
+    if original is None or longest <= original:
+        return None
+    return (f"{rope_type!r} rope scaling recomputes the rotary frequencies from the largest position in the batch "
+            f"({longest} > {original}): each document's outputs depend on the longest document beside it; "
+            f"give documents longer than {original} tokens rows of their own")
 
 
 def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, positions: Any) -> list[str]:
@@ -109,5 +136,6 @@ def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, pos
         if id(model) in calls:
             hint = diagnose(model, calls[id(model)])
             if hint:
-                hints.append(f"{type(unwrapped(model)).__name__}: {hint}")
+                name = type(unwrapped(model)).__name__
+                hints.append(hint if hint.startswith(name) else f"{name}: {hint}")
     return hints

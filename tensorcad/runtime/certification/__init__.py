@@ -80,6 +80,9 @@ _LAZY = {
     "check_gradient_isolation": ".gradients:check_gradient_isolation",
     "GradientResult": ".gradients:GradientResult",
     "ModelSubject": ".model_subject:ModelSubject",
+    "ModelRaised": ".model_calls:ModelRaised",
+    "outputs_of": ".model_calls:outputs_of",
+    "failure_hints": ".causes:failure_hints",
     # the context-parallel plan: read in any form, held to the batch, each rank's attention
     "check_cp_plan": ".cp_certificate:check_cp_plan",
     "CpPlanResult": ".cp_certificate:CpPlanResult",
