@@ -12,6 +12,8 @@ from __future__ import annotations
 from typing import Any
 
 from ..design.model import Design, Node
+from ..design.rope_scaling import is_plain
+from . import rotary
 from .names import Namer
 
 _ALWAYS_PREFIXED = ("shape",)
@@ -31,6 +33,8 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
         keys = {"dim": node.dim_in, out: p["out"], "bias": p["bias"]}
         if p["softcap"] is not None:
             keys["softcap"] = p["softcap"]
+        if p.get("scale") is not None:
+            keys["out_scale"] = p["scale"]
         return keys
     if kind in ("rmsnorm", "layernorm"):
         keys = {"dim": node.dim_in, "eps": p["eps"]}
@@ -51,18 +55,25 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
                 keys["qkv_bias"] = p["qkv_bias"]
             if p["qk_norm"] is not None:
                 keys["qk_norm_eps"] = p["qk_norm"]["eps"]
+                if p["qk_norm"].get("offset"):
+                    keys["qk_norm_offset"] = p["qk_norm"]["offset"]
             if p["rope"] is not None:
-                keys["rope_theta"] = float(node.child("rope_q").params["theta"])
+                rope = node.child("rope_q").params
+                keys["rope_theta"] = float(rope["theta"])
+                if not is_plain(rope):
+                    keys.update(rotary.config_keys(rope))
         return keys
     if kind == "transformer_block":
         keys = {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("attention"), output),
                 **_keys(node.child("mlp"), output)}
         if p["norm_offset"]:
             keys["norm_offset"] = p["norm_offset"]
+        if p.get("residual_scale") is not None:
+            keys["residual_scale"] = p["residual_scale"]
         return keys
     if kind == "stack":
         # blocks taken in turn (alternating windows) differ in their masks only, no number
-        return {"n_layer": node.repeat * len(node.children), **_keys(node.children[0], output)}
+        return {"n_layer": node.repeat * sum(c.repeat for c in node.children), **_keys(node.children[0], output)}
     if kind == "table":
         return {"shape": tuple(p["shape"])}
     raise AssertionError(f"no config keys for kind {kind!r}")
@@ -73,6 +84,14 @@ class ConfigFields:
 
     def __init__(self, design: Design, names: Namer):
         self.owner_keys = {n.id: _keys(n, design.output) for n in design.nodes}
+        # A stack's blocks taken in turn whose numbers differ from its first (Gemma 3's rope bases) are owners too.
+        self.variants: dict[tuple[str, int], str] = {}
+        for n in design.nodes:
+            for i, child in enumerate(n.children[1:] if n.kind == "stack" else (), 1):
+                keys = _keys(child, design.output)
+                if keys != _keys(n.children[0], design.output):
+                    self.variants[n.id, i] = f"{n.id}.{child.id}"
+                    self.owner_keys[f"{n.id}.{child.id}"] = keys
         self.context = design.context
         values: dict[str, set] = {}
         for keys in self.owner_keys.values():
@@ -89,6 +108,10 @@ class ConfigFields:
                     name += "_"
                 self._field[owner, key] = name
                 self.fields.setdefault(name, value)
+
+    def variant_owner(self, stack: str, i: int) -> str:
+        """Whose numbers the stack's ``i``th block reads: its own when they differ from the first block's."""
+        return self.variants.get((stack, i), stack)
 
     def __call__(self, owner: str, key: str) -> str:
         """`config.<field>` for a number of the top-level node `owner`."""

@@ -25,6 +25,9 @@ RESERVED = frozenset(
         "C", "q", "k", "v", "y", "cos", "sin", "mask_mod", "score_mod", "block",
         "module", "name", "super", "model", "layer", "Config", "CONFIG", "Model",
         "FORMS", "COMPILE", "RUNTIME_PATHS",
+        # rotary positions beyond plain rope (codegen/rotary.py), where a design has one
+        "rope_frequencies", "linear_frequencies", "llama3_frequencies", "yarn_frequencies",
+        "longrope_frequencies", "dynamic_frequencies", "rotary_angles", "rotate_pairs", "rotate_part",
         # Hugging Face weight loading (codegen/hf_weights.py), in imported designs only
         "HF_CLASS", "HF_WEIGHTS", "HF_TIED", "read_checkpoint", "read_safetensors",
         "copy_hf_weights", "as_hf_weights", "load_hf_state_dict", "hf_state_dict", "from_pretrained",
