@@ -33,11 +33,11 @@ def tiny_config(transformers, family: str):
         return t.LlamaConfig(**_LLAMA_SHAPES, **_NO_TOKENS, rope_parameters={
             "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
             "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
-    if family == "gemma3_text":  # three local layers then a global one, a base each, the global one scaled
+    if family == "gemma3_text":  # two local layers then a global one, the last cycle cut short; a base each, scaled
         return t.Gemma3TextConfig(
-            vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=6, num_attention_heads=4,
+            vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=WINDOW,
-            query_pre_attn_scalar=24, layer_types=["sliding_attention"] * 3 + ["full_attention"] + ["sliding_attention"] * 2,
+            query_pre_attn_scalar=24, layer_types=["sliding_attention"] * 2 + ["full_attention", "sliding_attention"],
             rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                              "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}},
             **_NO_TOKENS)
