@@ -13,8 +13,8 @@ from __future__ import annotations
 from ..design import expr as E
 from ..design.model import Design, Node
 from ..errors import TensorcadError
-from ..hf.weights import weight_map
 from ..design.rope_scaling import is_plain
+from ..hf.weights import weight_map
 from . import hf_weights, layout, prelude, rotary
 from .config import ConfigFields
 from .model_class import ModelWriter, used_ports
@@ -131,7 +131,7 @@ class _Generator(ModelWriter):
         rope_params = node.child("rope_q").params if rope else None
         plain = rope and is_plain(rope_params)
         if rope and not plain:
-            rotary_class = self.classes("Rotary", rotary.rotary_class(rope_params, lambda key: f(key)), owner)
+            rotary_class = self.classes("Rotary", rotary.rotary_class(rope_params, f), owner)
             lines += assign_call(layout.BODY, "self.rotary", rotary_class, ["config"])
         if plain:
             lines += assign_call(layout.BODY, "cos, sin", "rotary_tables",
@@ -208,7 +208,7 @@ class _Generator(ModelWriter):
         # a port only the other blocks taken in turn read (SmolLM3's positions, in a layer without rope)
         unread = [f"{self.ports(q)}=None" for q in self.turn_ports if self.ports(q) not in ports]
         lines += ["", f"    def forward({', '.join(['self', 'x', *ports, *unread])}):"]
-        lines += self._block_body(p, [f"{p}={p}" for p in ports])
+        lines += self._block_body(p, [f"{port}={port}" for port in ports])
         return self.classes("Block", "\n".join(lines) + "\n", owner)
 
     def _block_body(self, p, port_args: list[str]) -> list[str]:
@@ -252,7 +252,7 @@ class _Generator(ModelWriter):
         if self.uses_rope:
             out.append(("rotary runtime", prelude.ROTARY_RUNTIME))
         if self.uses_rotary:
-            out.append(("scaled rotary runtime", rotary.ROTARY_RUNTIME))
+            out.append(("rotary beyond plain rope", rotary.ROTARY_RUNTIME))
         functions = [fn.source for fn in self.functions.values()]
         if any("_relative_bucket(" in s for s in functions):
             out.append(("relative bucket", E.RELATIVE_BUCKET_SOURCE))
@@ -285,7 +285,8 @@ _BLOCK_DOCS = {
 
 
 # Sections pasted verbatim from other modules; formatting checks skip them.
-VERBATIM = ("imports", "attention runtime", "rotary runtime", "scaled rotary runtime", "relative bucket", "hf runtime")
+VERBATIM = ("imports", "attention runtime", "rotary runtime", "rotary beyond plain rope", "relative bucket",
+            "hf runtime")
 
 
 def sections(design: Design) -> list[tuple[str, str]]:

@@ -172,7 +172,7 @@ class Expander:
             # one RMSNorm of head_dim features for q and one for k, shared by every head (Qwen3), or one
             # over each whole projection (OLMo 2: scope "all")
             qpath = join(path, "qk_norm")
-            raw = params["qk_norm"] if isinstance(params["qk_norm"], dict) else {}
+            raw = params["qk_norm"]  # an object: the catalog's check saw to it
             scope = raw.get("scope", "head")
             if scope not in ("head", "all"):
                 raise TensorcadError(join(qpath, "scope"), f"{shown(scope)} is not one of 'head', 'all'")
@@ -258,7 +258,7 @@ class Expander:
         if windows is None and ropes is None:
             variants = [inner]
         else:
-            # one block per window (and rope), taken in turn: the stack runs the cycle repeat / n times
+            # one block per window (and rope), taken in turn over the stack's repetitions
             turns = {"window": windows, "rope": ropes}
             for key, values in turns.items():
                 if values is None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .config import Reader
+from .config import _DROPOUT, Reader
 from .families import DOCUMENT_MASK, _inputs, reader, shortest_cycle
 from .rope import rope_from, rope_of
 
@@ -142,7 +142,7 @@ def starcoder2(r: Reader, model_type: str, name: str, documents: bool, positions
             r.refuse("sliding_window", f"expected a positive integer or null, got {window!r}")
         attention["window"] = window
     for key in ("residual_dropout", "embedding_dropout"):
-        r.carry(key, "dropout: noise at training time only, nothing at inference; carried, not modelled")
+        r.carry(key, _DROPOUT)
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=True)
     block = {"dim": shapes["dim"], "norm": "layernorm", "eps": eps, "attention": attention,
              "mlp": {"hidden": shapes["hidden"], "activation": "gelu_tanh", "bias": bias}}
@@ -217,7 +217,7 @@ def stablelm(r: Reader, model_type: str, name: str, documents: bool, positions: 
     eps = r.float("layer_norm_eps", f"{_BLOCK}.eps", default=1e-5)
     r.must_be("qk_layernorm", (False,), "StableLM's per-head q/k LayerNorms are not in the design language", False)
     parallel = r.flag("use_parallel_residual", f"{_BLOCK}.parallel")
-    r.carry("hidden_dropout", "dropout: noise at training time only, nothing at inference; carried, not modelled")
+    r.carry("hidden_dropout", _DROPOUT)
     attention = _attention(shapes, qkv_bias=r.flag("use_qkv_bias", f"{_ATTN}.qkv_bias"),
                            rope=rope_of(r, f"{_ATTN}.rope", shapes["head_dim"], partial=True))
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=False)

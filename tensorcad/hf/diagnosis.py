@@ -20,6 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from ..design.rope_scaling import ROW_DEPENDENT
 from .adapters import is_encoder, is_hf_model, unwrapped
 
 
@@ -78,17 +79,13 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     return rope_cause(model, position_ids, kwargs.get("input_ids"))
 
 
-# Rope scalings whose frequencies transformers recomputes from the largest position in the whole batch.
-ROW_DEPENDENT_ROPE = ("dynamic", "longrope")
-
-
 def rope_cause(model: Any, position_ids: Any, ids: Any = None) -> str | None:
     """A rope scaling that makes each document depend on the longest one of its batch, when it did here."""
     import torch
 
     parameters = getattr(model.config, "rope_parameters", None) or {}
     rope_type = parameters.get("rope_type") if isinstance(parameters, dict) else None
-    if rope_type not in ROW_DEPENDENT_ROPE:
+    if rope_type not in ROW_DEPENDENT:  # recomputed from the largest position in the whole batch
         return None
     original = (parameters.get("original_max_position_embeddings") if rope_type == "longrope"
                 else getattr(model.config, "max_position_embeddings", None))
