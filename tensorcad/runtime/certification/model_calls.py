@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Mapping
-from typing import Any, Callable
-
-import torch
+from typing import TYPE_CHECKING, Any, Callable
 
 from tensorcad.errors import TensorcadError
+
+if TYPE_CHECKING:  # torch on first use: the registry imports this module and stays torch-free
+    import torch
 
 # What a Hugging Face output holds the outputs under, in the order they are looked for.
 NAMED = ("logits", "last_hidden_state")
@@ -31,6 +32,8 @@ class ModelRaised(TensorcadError):
 
 def outputs_of(value: Any, who: str = "model_fn") -> torch.Tensor:
     """The (B, T, ...) tensor in what a model returned."""
+    import torch
+
     for name in NAMED:
         held = value.get(name) if isinstance(value, Mapping) else getattr(value, name, None)
         if isinstance(held, torch.Tensor):

@@ -101,3 +101,21 @@ def test_per_position_outputs_of_any_trailing_shape_are_compared(batch):
     assert assert_gradients_isolated(grid, *batch, embedding=embed).passed
     with pytest.raises(CertificateError):
         assert_faithful(lambda i, d, p: embed(i).cumsum(1), *batch)  # reads the row before it
+
+
+def test_a_check_whose_model_raises_fails_with_that_line_and_the_others_still_run(batch):
+    # `tensorcad certify`, the collected items: a model that raises is that check's verdict, not bad input
+    from tensorcad.runtime.building import Settings
+    from tensorcad.runtime.certification import ModelSubject, run_check
+
+    def crashes_alone(ids, documents, positions):
+        if ids.shape[1] < 32:
+            raise RuntimeError("a kernel this model needs is missing for this shape")
+        return torch.nn.functional.one_hot(ids, 16).float()
+
+    subject = ModelSubject(crashes_alone, Settings(), given_batch=batch)
+    faithful = run_check(subject, "faithful")
+    assert faithful.status == "failed" and faithful.message == (
+        "model_fn (document 0 of row 0 run alone): raised RuntimeError: a kernel this model needs is missing for "
+        "this shape")
+    assert run_check(subject, "isolation").status == "passed"
