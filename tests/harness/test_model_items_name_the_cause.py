@@ -83,8 +83,8 @@ OPTIONS = ("-p", "no:cacheprovider", "--no-tensorcad-subprocess", "--tensorcad-s
 
 @pytest.fixture
 def project(pytester):
-    pytester.makepyfile(my_models=MODELS)
-    pytester.makefile(".ini", pytest="[pytest]\ntensorcad_models =\n" + "".join(f"    my_models:{n}\n" for n in HINTS))
+    pytester.makepyfile(faulty_models=MODELS)  # a name of its own: in-process runs keep imported modules
+    pytester.makefile(".ini", pytest="[pytest]\ntensorcad_models =\n" + "".join(f"    faulty_models:{n}\n" for n in HINTS))
     pytester.syspathinsert()
     return pytester
 
@@ -113,7 +113,7 @@ def test_a_failing_certificate_in_a_marked_test_shows_the_message_not_the_harnes
     project.makepyfile(test_mine="""
         import pytest
 
-        @pytest.mark.tensorcad(model="my_models:cache", seq=64, pack=12, sample=2)
+        @pytest.mark.tensorcad(model="faulty_models:cache", seq=64, pack=12, sample=2)
         def test_certified(tensorcad_certificate):
             tensorcad_certificate()
     """)

@@ -276,3 +276,19 @@ def test_a_llama_3_1_hub_file_imports_its_rope_scaling():
     op = tensorcad.OperatingPoint(seq=8192, packing=tensorcad.Packing(mean=1024, spread=1.0))
     # the scaling turns the angles only: the figures are Llama 3 8B's at the same operating point
     assert tensorcad.analyze(design, op).to_json() == tensorcad.analyze(tensorcad.load("llama-3-8b"), op).to_json()
+
+
+@pytest.mark.parametrize("family, change, path", [
+    ("stablelm", {"qk_layernorm": True}, "qk_layernorm"),  # a LayerNorm per head
+    ("cohere", {"use_qk_norm": True}, "use_qk_norm"),
+    ("gemma3_text", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+    ("gemma3_text", {"rope_parameters": {"sliding_attention": {"rope_type": "proportional"},
+                                         "full_attention": {"rope_type": "default"}}},
+     "rope_parameters.sliding_attention.rope_type"),
+    ("smollm3", {"no_rope_layers": [1, 0, 2, 1]}, "no_rope_layers"),  # zeros and ones only
+    ("starcoder2", {"hidden_act": "relu"}, "hidden_act"),
+    ("granite", {"logits_scaling": 0.0}, "logits_scaling"),
+])
+def test_what_a_newer_family_has_that_the_language_cannot_say_is_one_line_naming_it(family, change, path):
+    config = {**tiny_config(transformers, family).to_dict(), **change}
+    assert _refused(config).startswith(f"{path}: ")
