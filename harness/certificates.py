@@ -50,28 +50,37 @@ def model_function(model: Any) -> Any:
     return adapt(model)
 
 
-def alone_function(model: Any, model_fn: Any) -> Any:
-    """How a document runs alone by default.
+def alone_function(model: Any, model_fn: Any, alone_fn: Any = None) -> Any:
+    """How a document runs alone: by default ``model_fn`` itself on the document by itself.
 
-    When one Hugging Face model is behind ``model_fn`` (given bare, adapted, or held by a
-    wrapper's closure): that model's own forward on the document, nothing packed
-    (``model(input_ids=ids)``: transformers' own causal mask, window and positions), so a
-    wrapper that loses what transformers would do alone is caught. Else an ``alone`` the
-    model_fn carries; else None (``model_fn`` itself, on a one-document row).
+    So whatever ``model_fn`` returns (logits, log-probabilities, a hidden state) is compared
+    with itself. ``alone_fn`` runs it another way: a callable (adapted like ``model_fn``), or
+    ``"model"``, the one Hugging Face model behind ``model_fn`` (bare, adapted, or held by a
+    wrapper's closure) through its own forward, nothing packed (``model(input_ids=ids)``:
+    transformers' own mask, window and positions), which catches a wrapper that loses
+    what transformers would do even on one document. Without ``alone_fn``, an ``alone`` the
+    model_fn carries; else None (the checks run ``model_fn`` itself).
     """
+    if alone_fn is None:
+        return getattr(model_fn, "alone", None)
+    if alone_fn != "model":
+        if isinstance(alone_fn, str):
+            raise TypeError(f"alone_fn: expected a callable or 'model', got {alone_fn!r}")
+        return model_function(alone_fn)
     from tensorcad.hf import is_hf_model, reachable_hf_models
 
     found = [model] if is_hf_model(model) else reachable_hf_models(model_fn)
-    if len(found) == 1:
-        hf = found[0]
+    if len(found) != 1:
+        raise TypeError(f"alone_fn='model' runs the one Hugging Face model behind model_fn; "
+                        f"{'none' if not found else len(found)} found: pass alone_fn=a callable")
+    hf = found[0]
 
-        def alone(ids, documents, positions):
-            out = hf(input_ids=ids)
-            logits = getattr(out, "logits", None)
-            return logits if logits is not None else out.last_hidden_state
+    def alone(ids, documents, positions):
+        out = hf(input_ids=ids)
+        logits = getattr(out, "logits", None)
+        return logits if logits is not None else out.last_hidden_state
 
-        return alone
-    return getattr(model_fn, "alone", None)
+    return alone
 
 
 def vocab_of(model_fn: Any, ids: Any) -> int:
@@ -186,10 +195,13 @@ def assert_isolated(
         if forms is not None:
             model_fn.form = original
     if failures:
-        from tensorcad.hf import diagnose_failure
+        from tensorcad.runtime.certification import failure_hints
 
-        # A leak from a Hugging Face model: the setting that caused it (use_cache, an all-ones mask).
-        failures += diagnose_failure(model_fn, ids, documents, positions)
+        leaked = any(not result.passed for result in tokens)
+        # The one cause, when one is known: a Hugging Face setting, or positions counted through the row.
+        failures += failure_hints(model_fn, ids, documents, positions, "isolation" if leaked else "boundaries",
+                                  vocab=vocab, sample=sample, seed=seed, tokens_leak=leaked,
+                                  boundaries_moved=any(m.moved for m in moves) if moves else None)
     report = IsolationReport(tuple(tokens), tuple(moves), wanted, tuple(failures))
     if failures:
         raise CertificateError(report.message(), report)
@@ -202,19 +214,21 @@ def assert_faithful(
     documents: Any = None,
     positions: Any = None,
     *,
-    alone_fn: Callable[..., Any] | None = None,
+    alone_fn: Callable[..., Any] | str | None = None,
     atol: float | None = None,
     sample: int | None = None,
     seed: int = 0,
 ) -> Any:
     """Each packed document's outputs equal the same document run alone, within ``atol``.
 
-    Alone, by default, is ``model_fn`` on the document by itself: a one-document row,
-    positions 0, 1, ...; when a Hugging Face model is behind ``model_fn`` (bare, adapted,
-    or in a wrapper's closure), its own forward, ``model(input_ids=ids)``, nothing packed
-    (``alone_fn(ids, documents, positions)`` runs it another way). The tolerance defaults to the outputs' dtype (float32:
-    1e-5) and is stated in the message, with the row, document, position and largest
-    difference. Returns a ``FaithfulResult``; raises ``CertificateError``.
+    Alone is ``model_fn`` on the document by itself: a one-document row, positions 0, 1, ...,
+    so what it returns (logits, log-probabilities, a hidden state, a tuple or ``ModelOutput``
+    holding them) is compared with itself, position by position. ``alone_fn`` runs the
+    document another way: ``alone_fn(ids, documents, positions)``, or ``"model"`` for the
+    Hugging Face model behind ``model_fn`` through its own forward (``model(input_ids=ids)``).
+    The tolerance defaults to the outputs' dtype (float32: 1e-5) and is stated in the
+    message, with the row, document, position and largest difference. Returns a
+    ``FaithfulResult``; raises ``CertificateError``.
     """
     __tracebackhide__ = True
     ids, documents, positions = unpack_batch(ids, documents, positions, "assert_faithful")
@@ -222,15 +236,12 @@ def assert_faithful(
 
     model = model_fn
     model_fn = model_function(model)
-    alone_fn = model_function(alone_fn) if alone_fn is not None else alone_function(model, model_fn)
+    alone_fn = alone_function(model, model_fn, alone_fn)
     result = check_faithful(model_fn, ids, documents, positions, alone_fn=alone_fn, atol=atol,
                             sample=sample, seed=seed)
     if not result.passed:
-        from tensorcad.hf import mixer_hints
-
-        # A hybrid Hugging Face model: its stateful layers, and what transformers needs to reset them.
-        lines = [result.message(), *mixer_hints(model_fn)]
-        raise CertificateError("documents are not computed as if alone\n" + "\n".join(lines), result)
+        raise CertificateError(_worded("documents are not computed as if alone", result, "faithful", model_fn,
+                                       ids, documents, positions, sample, seed), result)
     return result
 
 
@@ -260,8 +271,19 @@ def assert_gradients_isolated(
     result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
                                       sample=sample, seed=seed)
     if not result.passed:
-        raise CertificateError("gradients cross documents\n" + result.message(), result)
+        raise CertificateError(_worded("gradients cross documents", result, "gradients", model_fn, ids,
+                                       documents, positions, sample, seed), result)
     return result
+
+
+def _worded(headline: str, result: Any, certificate: str, model_fn: Any, ids: Any, documents: Any,
+            positions: Any, sample: Any, seed: int) -> str:
+    """A failed certificate's message: the headline, what moved, and the one cause's hint when one is known."""
+    from tensorcad.runtime.certification import failure_hints
+
+    hints = failure_hints(model_fn, ids, documents, positions, certificate, vocab=vocab_of(model_fn, ids),
+                          sample=sample, seed=seed)
+    return "\n".join([headline, result.message(), *hints])
 
 
 def model_subject(factory: str, settings: Any, batch: Any = None) -> Any:

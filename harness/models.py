@@ -122,6 +122,7 @@ class ModelRun:
 
 def conclude(item: pytest.Item, status: str, message: str) -> None:
     """A certificate's (status, message) as the item's outcome: a skip with its reason, a failure with its message."""
+    __tracebackhide__ = True  # a marked test's failure shows its own line and the message, not this frame
     item.outcome_message = message
     if status == "skipped":
         raise pytest.skip.Exception(message, _use_item_location=True)

@@ -32,7 +32,7 @@ def _certified(model: Any, batch: Any, only: tuple[str, ...] | None, *, alone_fn
         step_model, alone = model, None  # its own loss, called as a Trainer calls it
     else:
         step_model = model_function(model)
-        alone = model_function(alone_fn) if alone_fn is not None else alone_function(model, step_model)
+        alone = alone_function(model, step_model, alone_fn)
     return certify_step(step_model, batch, alone=alone, only=only, **options)
 
 

@@ -42,7 +42,7 @@ def leaf_params(node: Node) -> tuple[int, int, int]:
     if node.kind == "rmsnorm":
         return d, 0, 0
     if node.kind == "layernorm":
-        return 2 * d, 0, 0
+        return (2 if p.get("bias", True) else 1) * d, 0, 0
     if node.kind == "mlp":
         matrices = 3 if p["activation"] in ("swiglu", "geglu") else 2  # gated: gate, up, down
         weights = matrices * d * p["hidden"]

@@ -13,7 +13,8 @@ import json
 from typing import Any
 
 from ..design.model import Design, Node
-from . import layout
+from ..design.rope_scaling import is_plain
+from . import layout, rotary
 from .names import Namer
 
 _ALWAYS_PREFIXED = ("shape",)
@@ -59,6 +60,8 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
         keys = {"dim": node.dim_in, out: p["out"], "bias": p["bias"]}
         if p["softcap"] is not None:
             keys["softcap"] = p["softcap"]
+        if p.get("scale") is not None:
+            keys["out_scale"] = p["scale"]
         return keys
     if kind in ("rmsnorm", "layernorm"):
         keys = {"dim": node.dim_in, "eps": p["eps"]}
@@ -79,17 +82,21 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
                 keys["qkv_bias"] = p["qkv_bias"]
             if p["qk_norm"] is not None:
                 keys["qk_norm_eps"] = p["qk_norm"]["eps"]
+                if p["qk_norm"].get("offset"):
+                    keys["qk_norm_offset"] = p["qk_norm"]["offset"]
             if p["rope"] is not None:
                 rope = node.child("rope_q").params
                 keys["rope_theta"] = float(rope["theta"])
-                if rope["fraction"] != 1.0:  # partial rotary: the first features of each head turn
-                    keys["rotary_dim"] = round(rope["fraction"] * p["head_dim"])
+                if not is_plain(rope):
+                    keys.update(rotary.config_keys(rope))
         return keys
     if kind == "transformer_block":
         keys = {"dim": node.dim_in, "eps": p["eps"], **_keys(node.child("attention"), output),
                 **_keys(node.child("mlp"), output)}
         if p["norm_offset"]:
             keys["norm_offset"] = p["norm_offset"]
+        if p.get("residual_scale") is not None:
+            keys["residual_scale"] = p["residual_scale"]
         return keys
     if kind in MIXER_KEYS:
         return {"dim": node.dim_in, **{key: p[param] for key, param in MIXER_KEYS[kind].items()}}
@@ -102,7 +109,7 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
         if p["layers"] is not None:  # a hybrid stack: its blocks' numbers are theirs (`owners`)
             return {"n_layer": node.repeat * len(node.children), "layer_types": tuple(p["layers"]) * node.repeat}
         # blocks taken in turn (alternating windows) differ in their masks only, no number
-        return {"n_layer": node.repeat * len(node.children), **_keys(node.children[0], output)}
+        return {"n_layer": node.repeat * sum(c.repeat for c in node.children), **_keys(node.children[0], output)}
     if kind == "table":
         return {"shape": tuple(p["shape"])}
     raise AssertionError(f"no config keys for kind {kind!r}")
@@ -113,6 +120,17 @@ class ConfigFields:
 
     def __init__(self, design: Design, names: Namer):
         self.owner_keys = owners(design)
+        # A stack's blocks taken in turn whose numbers differ from its first (Gemma 3's rope bases) are owners too;
+        # a hybrid stack's named blocks already are (`owners`).
+        self.variants: dict[tuple[str, int], str] = {}
+        for n in design.nodes:
+            if n.kind != "stack" or n.params["layers"] is not None:
+                continue
+            for i, child in enumerate(n.children[1:], 1):
+                keys = _keys(child, design.output)
+                if keys != _keys(n.children[0], design.output):
+                    self.variants[n.id, i] = f"{n.id}.{child.id}"
+                    self.owner_keys[f"{n.id}.{child.id}"] = keys
         self.context = design.context
         values: dict[str, set] = {}
         for keys in self.owner_keys.values():
@@ -129,6 +147,10 @@ class ConfigFields:
                     name += "_"
                 self._field[owner, key] = name
                 self.fields.setdefault(name, value)
+
+    def variant_owner(self, stack: str, i: int) -> str:
+        """Whose numbers the stack's ``i``th block reads: its own when they differ from the first block's."""
+        return self.variants.get((stack, i), stack)
 
     def __call__(self, owner: str, key: str) -> str:
         """`config.<field>` for a number of the top-level node `owner`."""

@@ -13,9 +13,10 @@ from __future__ import annotations
 from ..design import expr as E
 from ..design.mixers import STATEFUL, mixers
 from ..design.model import Design, Node
+from ..design.rope_scaling import is_plain
 from ..errors import TensorcadError
 from ..hf.weights import weight_map
-from . import hf_weights, layout, prelude
+from . import hf_weights, layout, prelude, rotary
 from .config import ConfigFields
 from .masks import Function, mask_function, mask_table, score_function
 from .mixer_code import MixerWriter
@@ -37,6 +38,8 @@ class _Generator(ModelWriter, MixerWriter):
         self.attention_classes: list[str] = []
         self.mask_uses: dict[str, tuple[Function, list[str]]] = {}  # mask name -> (it, attention paths)
         self.uses_rope = any(n.kind == "rope" for n, _ in design.walk())
+        self.turn_ports: list[str] = []  # while a stack's blocks are built: the ports any of them reads
+        self.uses_rotary = any(n.kind == "rope" and not is_plain(n.params) for n, _ in design.walk())
         self.roles = {i.name: i.role for i in design.inputs}
         # The blocks of a hybrid stack take every port the stack hands down (each block reads its own).
         self.stack_ports = {c.name: used_ports(n) for n in design.nodes if n.kind == "stack"
@@ -57,7 +60,10 @@ class _Generator(ModelWriter, MixerWriter):
             if kind == "rmsnorm" and node.params.get("offset"):
                 concept, source = NORMS["rmsnorm_offset"]
                 return self.classes(concept, source, owner), [f("dim"), f("eps"), f("norm_offset")]
-            concept, source = NORMS[kind]
+            if kind == "layernorm" and not node.params.get("bias", True):
+                concept, source = NORMS["layernorm_nobias"]
+            else:
+                concept, source = NORMS[kind]
             return self.classes(concept, source, owner), [f("dim"), f("eps")]
         if kind == "mlp":
             concept, source = MLPS[node.params["activation"]]
@@ -124,16 +130,22 @@ class _Generator(ModelWriter, MixerWriter):
         lines += assign_call(layout.BODY, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
         lines += assign_call(layout.BODY, "self.o", "nn.Linear", [f"{heads} * {head_dim}", f("dim"), bias])
         if qk_norm:
-            norm, _ = NORMS["rmsnorm"]
-            norm = self.classes(norm, NORMS["rmsnorm"][1], owner)
-            for which in ("q", "k"):
-                lines += assign_call(layout.BODY, f"self.{which}_norm", norm, [head_dim, f("qk_norm_eps")])
-        partial = rope and node.child("rope_q").params["fraction"] != 1.0  # Bamba turns half of each head
-        if partial:
-            lines.append(f"        self.rotary_dim = {f('rotary_dim')}  # the features of a head that turn")
-        if rope:
+            offset = bool(node.params["qk_norm"].get("offset"))
+            whole = node.params["qk_norm"].get("scope") == "all"  # OLMo 2: over the projection, every head at once
+            concept, source = NORMS["rmsnorm_offset" if offset else "rmsnorm"]
+            norm = self.classes(concept, source, owner)
+            for which, count in (("q", heads), ("k", kv_heads)):
+                width = f"{count} * {head_dim}" if whole else head_dim
+                args = [width, f("qk_norm_eps"), *([f("qk_norm_offset")] if offset else [])]
+                lines += assign_call(layout.BODY, f"self.{which}_norm", norm, args)
+        rope_params = node.child("rope_q").params if rope else None
+        plain = rope and is_plain(rope_params)
+        if rope and not plain:
+            rotary_class = self.classes("Rotary", rotary.rotary_class(rope_params, f), owner)
+            lines += assign_call(layout.BODY, "self.rotary", rotary_class, ["config"])
+        if plain:
             lines += assign_call(layout.BODY, "cos, sin", "rotary_tables",
-                                 ["self.rotary_dim" if partial else head_dim, "config.context", f("rope_theta")])
+                                 [head_dim, "config.context", f("rope_theta")])
             lines += [
                 '        self.register_buffer("cos", cos, persistent=False)  # (context, D)',
                 '        self.register_buffer("sin", sin, persistent=False)  # (context, D)',
@@ -143,30 +155,29 @@ class _Generator(ModelWriter, MixerWriter):
             "",
             f"    def forward({', '.join(['self', 'x', *ports])}):",
             "        B, T, C = x.shape",
-            "        q = self.q(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)",
-            "        k = self.k(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)",
-            "        v = self.v(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)",
         ]
-        if qk_norm:
+        whole = qk_norm and node.params["qk_norm"].get("scope") == "all"
+        if whole:  # over each whole projection, every head's features at once, before the heads split (OLMo 2)
+            lines += ["        q = self.q_norm(self.q(x))  # (B, T, H * D)",
+                      "        k = self.k_norm(self.k(x))  # (B, T, H_kv * D)",
+                      "        q = q.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)",
+                      "        k = k.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)"]
+        else:
+            lines += ["        q = self.q(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)",
+                      "        k = self.k(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)"]
+        lines.append("        v = self.v(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)")
+        if qk_norm and not whole:
             # over each head's D features, before the rotation, as Qwen3 does
             lines += [
                 "        q = self.q_norm(q)  # (B, H, T, D)",
                 "        k = self.k_norm(k)  # (B, H_kv, T, D)",
             ]
-        if partial:
-            lines.append("        # the first rotary_dim features of each head turn; the rest pass unturned")
         if rope:
             for which, shape in (("q", "(B, H, T, D)"), ("k", "(B, H_kv, T, D)")):
-                args = [f"{which}_rot" if partial else which, "self.cos", "self.sin"]
+                args = [which] if not plain else [which, "self.cos", "self.sin"]
                 if node.child(f"rope_{which}").wire("pos") is not None:
                     args.append(self.ports("pos"))  # turned by positions restarting per document
-                if not partial:
-                    lines += assign_call(layout.BODY, which, "rotate", args, f"# {shape}")
-                    continue
-                lines += assign_call(layout.BODY, f"{which}_rot, {which}_pass", f"{which}.split",
-                                     ["[self.rotary_dim, self.head_dim - self.rotary_dim]", "dim=-1"])
-                lines += assign_call(layout.BODY, which, "torch.cat",
-                                     [f"(rotate({', '.join(args)}), {which}_pass)", "dim=-1"], f"# {shape}")
+                lines += assign_call(layout.BODY, which, "rotate" if plain else "self.rotary", args, f"# {shape}")
         call_args = ["q", "k", "v"]
         for keyword, fn in (("mask_mod", mask), ("score_mod", score)):
             if fn is None:
@@ -190,9 +201,10 @@ class _Generator(ModelWriter, MixerWriter):
         return name
 
     def block_class(self, node: Node, owner: str) -> str:
+        p = node.params
         lines = [
             f"class {PLACEHOLDER}(nn.Module):",
-            '    """Pre-norm residual block: x + attention(norm(x)), then x + mlp(norm(x))."""',
+            f'    """{_BLOCK_DOCS[_block_form(p)]}"""',
             "",
             "    def __init__(self, config):",
             "        super().__init__()",
@@ -200,18 +212,39 @@ class _Generator(ModelWriter, MixerWriter):
         for child in node.children:
             fn, args = self.construct(child, owner)
             lines += assign_call(layout.BODY, f"self.{child.id}", fn, args)
+        if p["residual_scale"] is not None:  # Granite: each half's output scaled before its residual add
+            lines.append(f"        self.residual_scale = {self.config(owner, 'residual_scale')}")
         ports = self.port_args(node)
-        lines += ["", f"    def forward({', '.join(['self', 'x', *ports])}):"]
-        attention_ports = [self.ports(p) for p in used_ports(node.child("attention"))]
-        attention_args = ["self.attention_norm(x)", *(f"{p}={p}" for p in attention_ports)]
-        if node.params["post_norms"]:  # Gemma 2: each half's output normalised before the residual add
-            lines += assign_call(layout.BODY, "y", "self.attention", attention_args, "# (B, T, C)")
-            lines += ["        x = x + self.post_attention_norm(y)  # (B, T, C)",
-                      "        x = x + self.post_mlp_norm(self.mlp(self.mlp_norm(x)))  # (B, T, C)", "        return x"]
-        else:
-            lines += assign_call(layout.BODY, "x", "x + self.attention", attention_args, "# (B, T, C)")
-            lines += ["        x = x + self.mlp(self.mlp_norm(x))  # (B, T, C)", "        return x"]
+        # a port only the other blocks taken in turn read (SmolLM3's positions, in a layer without rope)
+        unread = [f"{self.ports(q)}=None" for q in self.turn_ports if self.ports(q) not in ports]
+        lines += ["", f"    def forward({', '.join(['self', 'x', *ports, *unread])}):"]
+        # in a hybrid stack a block takes every port the stack hands down; its attention, only those it reads
+        attention_ports = [self.ports(q) for q in used_ports(node.child("attention"))]
+        lines += self._block_body(p, [f"{port}={port}" for port in attention_ports])
         return self.classes("Block", "\n".join(lines) + "\n", owner)
+
+    def _block_body(self, p, port_args: list[str]) -> list[str]:
+        scaled = (lambda e: f"{e} * self.residual_scale") if p["residual_scale"] is not None else (lambda e: e)
+        pre = p["pre_norms"]
+        attention_in = "self.attention_norm(x)" if pre else "x"
+        mlp_in = "self.mlp_norm(x)" if pre else "x"
+        lines: list[str] = []
+        if p["parallel"]:  # one norm feeds both halves, their outputs added together (Cohere)
+            lines.append("        h = self.attention_norm(x)  # (B, T, C)")
+            lines += assign_call(layout.BODY, "y", "self.attention", ["h", *port_args], "# (B, T, C)")
+            lines.append(f"        x = x + {scaled('y')} + {scaled('self.mlp(h)')}  # (B, T, C)")
+        elif p["post_norms"]:  # Gemma 2: each half's output normalised before the residual add
+            lines += assign_call(layout.BODY, "y", "self.attention", [attention_in, *port_args], "# (B, T, C)")
+            lines += [f"        x = x + {scaled('self.post_attention_norm(y)')}  # (B, T, C)",
+                      f"        x = x + {scaled(f'self.post_mlp_norm(self.mlp({mlp_in}))')}  # (B, T, C)"]
+        elif p["residual_scale"] is not None or not pre:
+            lines += assign_call(layout.BODY, "y", "self.attention", [attention_in, *port_args], "# (B, T, C)")
+            lines += [f"        x = x + {scaled('y')}  # (B, T, C)",
+                      f"        x = x + {scaled(f'self.mlp({mlp_in})')}  # (B, T, C)"]
+        else:
+            lines += assign_call(layout.BODY, "x", "x + self.attention", [attention_in, *port_args], "# (B, T, C)")
+            lines.append("        x = x + self.mlp(self.mlp_norm(x))  # (B, T, C)")
+        return lines + ["        return x"]
 
     # -- the module -----------------------------------------------------------------------
 
@@ -232,6 +265,8 @@ class _Generator(ModelWriter, MixerWriter):
             out.append(("rotary runtime", prelude.ROTARY_RUNTIME))
         if mixers(d):
             out.append(("mixer runtime", MIXER_RUNTIME))
+        if self.uses_rotary:
+            out.append(("rotary beyond plain rope", rotary.ROTARY_RUNTIME))
         functions = [fn.source for fn in self.functions.values()]
         if any("_relative_bucket(" in s for s in functions):
             out.append(("relative bucket", E.RELATIVE_BUCKET_SOURCE))
@@ -248,8 +283,24 @@ class _Generator(ModelWriter, MixerWriter):
         return out
 
 
+def _block_form(p) -> str:
+    if p["parallel"]:
+        return "parallel"
+    return ("pre" if p["pre_norms"] else "") + ("post" if p["post_norms"] else "") or "none"
+
+
+_BLOCK_DOCS = {
+    "pre": "Pre-norm residual block: x + attention(norm(x)), then x + mlp(norm(x)).",
+    "prepost": "Pre-norm residual block: x + attention(norm(x)), then x + mlp(norm(x)).",
+    "post": "Post-norm residual block: x + norm(attention(x)), then x + norm(mlp(x)).",
+    "none": "Residual block: x + attention(x), then x + mlp(x).",
+    "parallel": "Parallel residual block: x + attention(norm(x)) + mlp(norm(x)), one norm.",
+}
+
+
 # Sections pasted verbatim from other modules; formatting checks skip them.
-VERBATIM = ("imports", "attention runtime", "rotary runtime", "mixer runtime", "relative bucket", "hf runtime")
+VERBATIM = ("imports", "attention runtime", "rotary runtime", "rotary beyond plain rope", "mixer runtime",
+            "relative bucket", "hf runtime")
 
 
 def sections(design: Design) -> list[tuple[str, str]]:

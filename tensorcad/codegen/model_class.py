@@ -75,7 +75,11 @@ class ModelWriter:
             elif node.kind == "stack" and node.params["layers"] is not None:
                 init += self._hybrid_stack(node)
             elif node.kind == "stack":
-                built = [self.construct(child, node.id) for child in node.children]
+                # a block whose numbers differ from the first's (Gemma 3's rope bases) reads fields of its own
+                self.turn_ports = used_ports(node)  # each block takes what any block taken in turn reads
+                built = [self.construct(child, self.config.variant_owner(node.id, i))
+                         for i, child in enumerate(node.children)]
+                self.turn_ports = []
                 n_layer = self.config(node.id, "n_layer")
                 if len(built) == 1:
                     fn, args = built[0]
@@ -84,7 +88,13 @@ class ModelWriter:
                     kinds = ", ".join(fn for fn, _ in built)
                     args = built[0][1]
                     inner = f"[({kinds})[i % {len(built)}]({', '.join(args)}) for i in range({n_layer})]"
-                init += assign_call(layout.BODY, f"self.{name}", "nn.ModuleList", [inner])
+                listed = assign_call(layout.BODY, f"self.{name}", "nn.ModuleList", [inner])
+                if len(built) > 1 and max(map(len, listed)) > layout.WIDTH:  # the comprehension split, as black does
+                    pad = layout.BODY + "    "
+                    listed = [f"{layout.BODY}self.{name} = nn.ModuleList(", f"{pad}[",
+                              f"{pad}    ({kinds})[i % {len(built)}]({', '.join(args)})",
+                              f"{pad}    for i in range({n_layer})", f"{pad}],", f"{layout.BODY})"]
+                init += listed
             else:
                 fn, args = self.construct(node, node.id)
                 init += assign_call(layout.BODY, f"self.{name}", fn, args)
@@ -267,6 +277,9 @@ class ModelWriter:
             if n.kind == "embedding" and n.params["scale"] is not None:
                 lines.append("        # scaled as Gemma scales its embedding (by sqrt(dim))")
                 lines += layout.statement(layout.BODY, f"{out} = ", f"{out} * self.{self.config(n.id, 'embed_scale')}")
+            if n.kind == "linear" and n.params.get("scale") is not None:
+                lines.append("        # scaled, as Granite divides its logits by logits_scaling and Cohere multiplies")
+                lines += layout.statement(layout.BODY, f"{out} = ", f"{out} * self.{self.config(n.id, 'out_scale')}")
             if n.kind == "linear" and n.params["softcap"] is not None:
                 cap = f"self.{self.config(n.id, 'softcap')}"
                 lines.append("        # soft-capped, as Gemma 2 caps its logits: |value| < cap")

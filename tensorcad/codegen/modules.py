@@ -49,6 +49,24 @@ NORMS = {
         return (x32 * (self.offset + self.weight.float())).type_as(x)  # (B, T, C)
 ''',
     ),
+    "layernorm_nobias": (
+        "BiaslessLayerNorm",
+        '''class __CLASS__(nn.Module):
+    """Layer normalisation with a learned scale and no bias, in float32 (Cohere's LayerNorm)."""
+
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        x32 = x.float()
+        mean = x32.mean(-1, keepdim=True)
+        variance = (x32 - mean).pow(2).mean(-1, keepdim=True)
+        x32 = (x32 - mean) * torch.rsqrt(variance + self.eps)
+        return (self.weight.float() * x32).type_as(x)  # (B, T, C)
+''',
+    ),
     "layernorm": (
         "LayerNorm",
         '''class __CLASS__(nn.Module):

@@ -27,7 +27,10 @@ RESERVED = frozenset(
         "FORMS", "COMPILE", "RUNTIME_PATHS",
         # the mixers' runtime (codegen/mixer_runtime.py) and their forward's locals
         "causal_conv", "chunked_scan", "blocks", "z", "u", "c", "g", "dt", "xbc", "qkv", "beta",
-        "A", "D", "G", "H", "H_k", "K", "N", "P", "V", "q_rot", "q_pass", "k_rot", "k_pass",
+        "A", "D", "G", "H", "H_k", "K", "N", "P", "V",
+        # rotary positions beyond plain rope (codegen/rotary.py), where a design has one
+        "rope_frequencies", "linear_frequencies", "llama3_frequencies", "yarn_frequencies",
+        "longrope_frequencies", "dynamic_frequencies", "rotary_angles", "rotate_pairs", "rotate_part",
         # Hugging Face weight loading (codegen/hf_weights.py), in imported designs only
         "HF_CLASS", "HF_WEIGHTS", "HF_TIED", "read_checkpoint", "read_safetensors",
         "copy_hf_weights", "as_hf_weights", "load_hf_state_dict", "hf_state_dict", "from_pretrained",

@@ -40,10 +40,13 @@ _ATTENTION_PARAMS = (
 )
 
 _GQA_PARAMS = _ATTENTION_PARAMS + (
-    Param("rope", "object", "rotary positions {theta}; null for none", None, nullable=True),
+    Param("rope", "object", "rotary positions {theta, scaling, rotary_dim, interleaved} (the rope kind's params); "
+          "null for none", None, nullable=True),
     Param("bias", "bool", "biases on the q, k, v and output projections", False),
     Param("qkv_bias", "bool", "biases on the q, k and v projections only (Qwen2); default: as bias", None, nullable=True),
-    Param("qk_norm", "object", "RMSNorm over each head's features of q and k before the rotation {eps} (Qwen3); null for none", None, nullable=True),
+    Param("qk_norm", "object", "RMSNorm of q and k before the rotation {eps, offset, scope}: scope 'head' (default) "
+          "normalises each head's features with one scale shared by every head (Qwen3; Gemma 3 with offset 1), 'all' "
+          "the whole projection at once (OLMo 2); null for none", None, nullable=True),
 )
 
 _MLP_PARAMS = (
@@ -85,6 +88,8 @@ KINDS: dict[str, Kind] = {
                 Param("tie", "ref", "id of an embedding whose table this projection reuses", None, nullable=True),
                 Param("softcap", "float", "cap x tanh(out / cap) on its output (Gemma 2's logits); null for none", None,
                       1e-6, 1e6, nullable=True),
+                Param("scale", "float", "multiplies its output (Granite's logits: 1 / logits_scaling; Cohere's: "
+                      "logit_scale); null for none", None, 1e-6, 1e6, nullable=True),
             ),
             counts="in x out matmul params (counted once when tied); 2 FLOPs per param per token",
         ),
@@ -94,8 +99,9 @@ KINDS: dict[str, Kind] = {
                     "(Gemma: 1)", 0.0, 0, 1)),
              counts="dim params; FLOPs not counted"),
         Kind("layernorm", "Layer normalisation with a learned scale and bias.", (_X,),
-             (Param("eps", "float", "added to the variance", 1e-5, 0, 1),),
-             counts="2 x dim params; FLOPs not counted"),
+             (Param("eps", "float", "added to the variance", 1e-5, 0, 1),
+              Param("bias", "bool", "a learned bias after the scale (Cohere's has none)", True)),
+             counts="2 x dim params (dim without bias); FLOPs not counted"),
         Kind("mlp", "The feed-forward network of a block.", (_X,), _MLP_PARAMS,
              counts="2 or 3 (swiglu) x dim x hidden matmul params"),
         Kind(
@@ -105,10 +111,19 @@ KINDS: dict[str, Kind] = {
             (
                 Param("theta", "float", "base of the rotation frequencies", 10000.0, 1, 1e12),
                 Param("head_dim", "int", "width of one head", low=2, high=4096),
-                Param("fraction", "float", "the share of each head's features rotated, its first fraction x head_dim "
-                      "(Bamba: 0.5); the rest pass unturned", 1.0, 1e-6, 1),
+                Param("scaling", "object", "how the frequencies are stretched past the trained context {type, ...}: "
+                      "linear {factor}, dynamic {factor, original_context}, llama3 {factor, low_freq_factor, "
+                      "high_freq_factor, original_context}, yarn {factor, original_context, beta_fast 32, beta_slow 1, "
+                      "attention_factor, mscale, mscale_all_dim, truncate true}, longrope {short_factor, long_factor, "
+                      "factor, original_context, attention_factor}; changes no param and no FLOP; null for none", None,
+                      nullable=True),
+                Param("rotary_dim", "int", "features of each head rotated, the first ones (StableLM: a quarter, "
+                      "Bamba: half; transformers' partial_rotary_factor x head_dim); default head_dim", None, 2, 4096,
+                      nullable=True),
+                Param("interleaved", "bool", "rotate adjacent pairs (2i, 2i+1) instead of the two halves (Cohere)",
+                      False),
             ),
-            counts="no params; FLOPs not counted",
+            counts="no params; FLOPs not counted (a scaling changes the angles only)",
         ),
         Kind(
             "sdpa",
@@ -197,14 +212,21 @@ KINDS: dict[str, Kind] = {
                 Param("norm", "enum", "the normalisation before each half", "rmsnorm", choices=("rmsnorm", "layernorm")),
                 Param("eps", "float", "the norms' epsilon", 1e-5, 0, 1),
                 Param("norm_offset", "float", "the rmsnorms' offset (see rmsnorm)", 0.0, 0, 1),
+                Param("norm_bias", "bool", "the layernorms' bias (see layernorm)", True),
                 Param("post_norms", "bool", "a norm after the attention and after the mlp too, before each residual add "
                       "(Gemma 2)", False),
+                Param("pre_norms", "bool", "the norm before each half; false with post_norms: x + norm(attention(x)) "
+                      "(OLMo 2)", True),
+                Param("parallel", "bool", "attention and mlp side by side on one norm: x + attention(norm(x)) + "
+                      "mlp(norm(x)) (Cohere, StableLM's parallel residual)", False),
+                Param("residual_scale", "float", "multiplies each half's output before its residual add (Granite); "
+                      "null for none", None, 1e-6, 1e6, nullable=True),
                 Param("attention", "object", "a gqa_attention's params"),
                 Param("mlp", "object", "an mlp's params"),
             ),
             extra_ports=True,
             extra_doc="any other port (doc, pos, a table) is handed down to its attention by name",
-            counts="its attention's and mlp's, plus two norms",
+            counts="its attention's and mlp's, plus its norms (two; four with post_norms; one when parallel)",
         ),
         Kind(
             "mixer_block",
@@ -236,8 +258,12 @@ KINDS: dict[str, Kind] = {
                       "layer_types; [\"ssm\", ..., \"attention\"] for a 7:1 hybrid); divides repeat", None,
                       nullable=True),
                 Param("windows", "windows", "attention windows taken in turn, repetition i the (i mod n)th, null "
-                      "for none (Gemma 2's [4096, null]); replaces the block's window; divides repeat", None,
+                      "for none (Gemma 2's [4096, null]); replaces the block's window; at most repeat of them, the "
+                      "last cycle cut short when they do not divide it (Gemma 3's 26 layers)", None,
                       nullable=True),
+                Param("ropes", "ropes", "attention ropes taken in turn as windows are, null for none (Gemma 3's local "
+                      "and global bases, SmolLM3's layers without rope); replaces the block's rope; as many as "
+                      "windows when both are given", None, nullable=True),
             ),
             extra_ports=True,
             extra_doc="any other port is handed to every repetition by name",

@@ -24,6 +24,7 @@ from .catalog import KINDS
 from .expand_mixers import MixerExpander
 from .model import Attention, Node, Wire
 from .raw import check_kind, no_unknown
+from .rope_scaling import rotary_params
 from .schema import Kind, check_params
 
 
@@ -86,10 +87,7 @@ class Expander(MixerExpander):
             raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} is odd; rotary pairs features")
         if dim_in is not None and dim_in % params["head_dim"]:
             raise TensorcadError(join(path, "head_dim"), f"{params['head_dim']} does not divide the input width {dim_in}")
-        rotated = params["fraction"] * params["head_dim"]
-        if params["fraction"] != 1.0 and (rotated != int(rotated) or int(rotated) % 2 or rotated < 2):
-            raise TensorcadError(join(path, "fraction"), f"{params['fraction']} x head_dim {params['head_dim']} is "
-                                                         f"{rotated:g} features; rotary pairs need an even number")
+        params = rotary_params(params, path)
         return self._leaf("rope", id, name, path, params, dim_in, dim_in, [w for w in handed.values() if w.port == "pos"])
 
     def _sdpa(self, id, name, path, params, dim_in, handed) -> Node:
@@ -175,12 +173,19 @@ class Expander(MixerExpander):
             self._leaf("linear", "v", f"{name}.v", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
         ]
         if params["qk_norm"] is not None:
-            # one RMSNorm of head_dim features for q and one for k, shared by every head (Qwen3)
-            norm = check_params(KINDS["rmsnorm"], params["qk_norm"], join(path, "qk_norm"))
-            params = {**params, "qk_norm": norm}
-            for which in ("q", "k"):
-                children.append(self._leaf("rmsnorm", f"{which}_norm", f"{name}.{which}_norm", join(path, "qk_norm"),
-                                           norm, head_dim, head_dim))
+            # one RMSNorm of head_dim features for q and one for k, shared by every head (Qwen3), or one
+            # over each whole projection (OLMo 2: scope "all")
+            qpath = join(path, "qk_norm")
+            raw = params["qk_norm"]  # an object: the catalog's check saw to it
+            scope = raw.get("scope", "head")
+            if scope not in ("head", "all"):
+                raise TensorcadError(join(qpath, "scope"), f"{shown(scope)} is not one of 'head', 'all'")
+            norm = check_params(KINDS["rmsnorm"], {k: v for k, v in raw.items() if k != "scope"}, qpath)
+            params = {**params, "qk_norm": {**norm, "scope": scope}}
+            for which, heads_of in (("q", heads), ("k", kv_heads)):
+                width = head_dim if scope == "head" else heads_of * head_dim
+                children.append(self._leaf("rmsnorm", f"{which}_norm", f"{name}.{which}_norm", qpath, norm,
+                                           width, width))
         if params["rope"] is not None:
             rope_raw = params["rope"]
             rpath = join(path, "rope")
@@ -210,17 +215,29 @@ class Expander(MixerExpander):
             if norm.name != "rmsnorm":
                 raise TensorcadError(join(path, "norm_offset"), f"an offset scales an rmsnorm; this block's norm is {norm.name}")
             norm_params["offset"] = params["norm_offset"]
+        if not params["norm_bias"]:
+            if norm.name != "layernorm":
+                raise TensorcadError(join(path, "norm_bias"), f"a bias is a layernorm's; this block's norm is {norm.name}")
+            norm_params["bias"] = False
+        if params["parallel"] and (params["post_norms"] or not params["pre_norms"]):
+            raise TensorcadError(join(path, "parallel"), "a parallel block has one norm before both halves; "
+                                                         "it takes neither post_norms nor pre_norms false")
         attention = self._build(KINDS["gqa_attention"], "attention", f"{name}.attention", join(path, "attention"),
                                 params["attention"], dim, self._hand(handed, f"{name}.attention"))
         mlp = self._build(KINDS["mlp"], "mlp", f"{name}.mlp", join(path, "mlp"), params["mlp"], dim, {})
         def norm_leaf(id):
             return self._leaf(norm.name, id, f"{name}.{id}", path, norm_params, dim, dim)
 
-        if params["post_norms"]:  # Gemma 2: each half's output normalised before its residual add
-            children = (norm_leaf("attention_norm"), attention, norm_leaf("post_attention_norm"),
-                        norm_leaf("mlp_norm"), mlp, norm_leaf("post_mlp_norm"))
-        else:
+        if params["parallel"]:  # Cohere: one norm feeds both halves
+            children = (norm_leaf("attention_norm"), attention, mlp)
+        elif params["post_norms"]:  # Gemma 2: each half's output normalised before its residual add
+            pre = params["pre_norms"]  # OLMo 2 has the norms after each half only
+            children = ((norm_leaf("attention_norm"),) if pre else ()) + (attention, norm_leaf("post_attention_norm")) + (
+                (norm_leaf("mlp_norm"),) if pre else ()) + (mlp, norm_leaf("post_mlp_norm"))
+        elif params["pre_norms"]:
             children = (norm_leaf("attention_norm"), attention, norm_leaf("mlp_norm"), mlp)
+        else:
+            children = (attention, mlp)
         node = self._leaf("transformer_block", id, name, path, {**params, "dim": dim}, dim_in, dim, handed.values())
         return replace(node, children=children)
 
@@ -244,33 +261,49 @@ class Expander(MixerExpander):
             inner, ipath = block["params"], join(bpath, "params")
         else:  # the block's params may also sit beside its kind
             inner, ipath = {k: v for k, v in block.items() if k != "kind"}, bpath
-        windows = params["windows"]
-        if windows is None:
+        windows, ropes = params["windows"], params["ropes"]
+        if windows is not None and ropes is not None and len(windows) != len(ropes):
+            raise TensorcadError(join(path, "ropes"), f"{len(ropes)} ropes for {len(windows)} windows: "
+                                                      "each block taken in turn has one of each")
+        if windows is None and ropes is None:
             variants = [inner]
         else:
-            # one block per window, taken in turn: the stack runs the cycle repeat / n times
-            wpath = join(path, "windows")
-            if params["repeat"] % len(windows):
-                raise TensorcadError(wpath, f"{len(windows)} windows do not divide repeat {params['repeat']}")
-            if kind.name not in ("transformer_block", "gqa_attention"):
-                raise TensorcadError(wpath, f"windows set an attention's window; a {kind.name} block has none")
+            # one block per window (and rope), taken in turn over the stack's repetitions
+            turns = {"window": windows, "rope": ropes}
+            for key, values in turns.items():
+                if values is None:
+                    continue
+                wpath = join(path, f"{key}s")
+                if len(values) > params["repeat"]:
+                    raise TensorcadError(wpath, f"{len(values)} {key}s for {params['repeat']} repetitions")
+                if kind.name not in ("transformer_block", "gqa_attention"):
+                    raise TensorcadError(wpath, f"{key}s set an attention's {key}; a {kind.name} block has none")
             variants = []
-            for w in windows:
+            for i in range(len(windows if windows is not None else ropes)):
+                chosen = {key: values[i] for key, values in turns.items() if values is not None}
                 variant = dict(inner) if isinstance(inner, dict) else inner
                 if kind.name == "transformer_block" and isinstance(inner, dict):
                     attention = inner.get("attention")
-                    variant["attention"] = {**attention, "window": w} if isinstance(attention, dict) else attention
+                    variant["attention"] = {**attention, **chosen} if isinstance(attention, dict) else attention
                 elif isinstance(inner, dict):
-                    variant["window"] = w
+                    variant.update(chosen)
                 variants.append(variant)
         children = []
         for i, variant in enumerate(variants):
             cid = "block" if i == 0 else f"block_{i}"
-            child = self._build(kind, cid, f"{name}.{cid}", ipath, variant, dim_in, self._hand(handed, f"{name}.{cid}"))
+            given = handed
+            if ropes is not None and ropes[i] is None:  # a block without rope among ropes in turn takes no positions
+                given = {p: w for p, w in handed.items() if p != "pos"}
+            child = self._build(kind, cid, f"{name}.{cid}", ipath, variant, dim_in, self._hand(given, f"{name}.{cid}"))
             if child.dim != dim_in:
                 raise TensorcadError(bpath, f"the block maps width {dim_in} to {child.dim}; a stack needs them equal")
             children.append(child)
         node = self._leaf("stack", id, name, path, params, dim_in, dim_in, handed.values())
-        return replace(node, children=tuple(children), repeat=params["repeat"] // len(children))
+        # repetition i runs block i mod n; when n does not divide repeat the last cycle is cut short (Gemma 3's
+        # 26 layers, five local then one global), and each block says how many repetitions run it
+        runs = [len(range(i, params["repeat"], len(children))) for i in range(len(children))]
+        if len(set(runs)) == 1:
+            return replace(node, children=tuple(children), repeat=runs[0])
+        return replace(node, children=tuple(replace(c, repeat=k) for c, k in zip(children, runs)), repeat=1)
 
 

@@ -97,9 +97,10 @@ class MixerExpander:
         if blocks is None or layers is None:
             missing = "layers" if blocks is not None else "blocks"
             raise TensorcadError(join(path, missing), "missing: a stack needs a block, or blocks and layers")
-        if params["windows"] is not None:
-            raise TensorcadError(join(path, "windows"), "windows take a block in turn; with blocks, give each "
-                                                        "attention its own window")
+        for key, what in (("windows", "window"), ("ropes", "rope")):
+            if params[key] is not None:
+                raise TensorcadError(join(path, key), f"{key} take a block in turn; with blocks, give each "
+                                                      f"attention its own {what}")
         if not blocks:
             raise TensorcadError(bpath, "expected at least one named block")
         for i, block_name in enumerate(layers):

@@ -34,7 +34,7 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 @dataclass(frozen=True)
 class Param:
     name: str
-    type: str  # int, float, bool, enum, expr, object, shape, ref, windows, names
+    type: str  # int, float, bool, enum, expr, object, shape, ref, windows, names, ropes, floats
     doc: str
     default: Any = REQUIRED
     low: float | None = None
@@ -107,6 +107,20 @@ class Param:
                     raise TensorcadError(join(path, i), f"{shown(name)} is not a name (a letter or _, then "
                                                         "letters, digits and _, at most 64)")
             value = tuple(value)
+        elif kind == "ropes":
+            if not isinstance(value, list) or not 1 <= len(value) <= 16:
+                raise TensorcadError(path, "expected a list of 1 to 16 ropes (objects, or null for none)")
+            for i, r in enumerate(value):
+                if r is not None and not isinstance(r, dict):
+                    raise TensorcadError(join(path, i), f"{shown(r)} is not a rope: an object or null")
+            value = tuple(value)
+        elif kind == "floats":
+            if not isinstance(value, list) or not 1 <= len(value) <= 4096:
+                raise TensorcadError(path, "expected a list of 1 to 4096 numbers")
+            for i, x in enumerate(value):
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x <= 0:
+                    raise TensorcadError(join(path, i), f"{shown(x)} is not a positive finite number")
+            value = tuple(float(x) for x in value)
         elif kind == "shape":
             if not isinstance(value, list) or not value or len(value) > 4:
                 raise TensorcadError(path, "expected a list of 1 to 4 positive integers")

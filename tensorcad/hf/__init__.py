@@ -1,7 +1,7 @@
 """Hugging Face both ways: configs become designs, weight names map between the two, and models are certified.
 
-- ``config`` and ``families``: `import_hf("path/to/config.json" or a model directory)`,
-  the design `tensorcad import-hf` writes;
+- ``config``, ``families`` and ``decoders`` (with ``rope``, the rotary settings):
+  `import_hf("path/to/config.json" or a model directory)`, the design `tensorcad import-hf` writes;
 - ``weights``: `weight_map(design)`, the table a generated model loads transformers'
   weights through;
 - ``adapters``: a Hugging Face model (or any model) as the ``model_fn(ids, documents,
@@ -21,12 +21,16 @@ from typing import Any
 from ..errors import TensorcadError
 from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
 from .config import Disposition, Reader, looks_like_config, read_config
-from .diagnosis import diagnose, diagnose_failure, mixer_hints, reachable_hf_models
-from .families import SUPPORTED, family
+from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
+from . import decoders, hybrid_families  # noqa: F401  (register their families' readers)
+from .families import READERS, family
+from .families import SUPPORTED as _FIRST
+
+SUPPORTED = _FIRST + tuple(READERS)
 
 __all__ = ["PACKINGS", "SUPPORTED", "Disposition", "adapt", "call", "design_from_config", "diagnose",
            "diagnose_failure", "dispositions", "document_mask", "hf_causal_lm", "import_hf", "is_encoder",
-           "is_hf_model", "load_design", "looks_like_config", "mixer_hints", "reachable_hf_models", "unwrapped"]
+           "is_hf_model", "load_design", "looks_like_config", "reachable_hf_models", "unwrapped"]
 
 
 def _read(config: dict[str, Any], where: str, documents: bool, positions: bool, name: str | None):

@@ -31,8 +31,10 @@ from .hybrid_packing import REFUSAL, mixer_hint, seq_idx_refusal
 
 PACKINGS = ("position_ids", "mask", "flash_kwargs", "seq_idx")
 # transformers' own attention implementations that take cu_seq_lens/max_length keyword
-# arguments and ignore them without a word (they would attend across documents). Flash
-# implementations and attention functions registered with AttentionInterface may read them.
+# arguments and ignore them without a word. A decoder is still kept apart under them: the
+# flattened row's position_ids restart at every document, and with no mask and no cache
+# transformers reads the documents from them. An encoder never reads packing from
+# positions, so under these it would attend across documents: refused.
 IGNORE_FLASH_KWARGS = ("eager", "sdpa", "flex_attention", "paged|eager")
 
 
@@ -158,9 +160,11 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
     - ``"mask"``: the document mask as a 4D mask (additive floats for eager and
       sdpa, a BlockMask for flex_attention; an encoder's has no tril).
     - ``"flash_kwargs"``: ``cu_seq_lens_q/k`` and ``max_length_q/k`` as the
-      collator gives them, the batch flattened to one row; eager, sdpa and
-      flex_attention ignore them, so those are refused (flash implementations
-      and registered varlen attention functions read them).
+      collator gives them, with the restarting position ids, the batch
+      flattened to one row (and the outputs shaped back to its rows). Flash
+      implementations and registered varlen attention functions read them;
+      eager, sdpa and flex_attention ignore them but read the documents from
+      the position ids, except in an encoder, which is refused under those.
     - ``"seq_idx"``: for the hybrid families whose stateful layers read them
       (``hybrid_packing.PATHS``: Bamba, Falcon-H1, LFM2), the packed position ids
       with ``seq_idx`` and ``cu_seqlens``, the batch flattened to one row as the
@@ -176,9 +180,11 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
     if not is_hf_model(model):
         raise TensorcadError("model", f"expected a transformers PreTrainedModel, got {type(model).__name__}")
     implementation = model.config._attn_implementation
-    if packing == "flash_kwargs" and implementation in IGNORE_FLASH_KWARGS:
-        raise TensorcadError("packing", f"'flash_kwargs' needs a flash attention implementation, but the model uses "
-                                        f"{implementation!r}, which ignores cu_seq_lens: use packing='position_ids'")
+    if packing == "flash_kwargs" and implementation in IGNORE_FLASH_KWARGS and is_encoder(model):
+        raise TensorcadError("packing", f"'flash_kwargs' on {type(unwrapped(model)).__name__}, an encoder under "
+                                        f"{implementation!r}: {implementation!r} ignores cu_seq_lens and transformers "
+                                        "never reads an encoder's packing from position_ids (every token would see "
+                                        "the whole row); use packing='mask'")
     if packing == "position_ids" and is_encoder(model):
         raise TensorcadError("packing", f"{type(unwrapped(model)).__name__} is an encoder: transformers never reads "
                                         "packing from its position_ids (every token would see the whole row); "

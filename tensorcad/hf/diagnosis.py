@@ -20,6 +20,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from ..design.rope_scaling import ROW_DEPENDENT
 from .adapters import is_encoder, is_hf_model, unwrapped
 from .hybrid_packing import mixer_hint
 
@@ -79,7 +80,30 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     if mask is None and position_ids is not None and not packed:
         return ("the position_ids never restart: pass each token's position in its document "
                 "(tensorcad.packing.positions_of(documents), the collator's position_ids)")
-    return None
+    return rope_cause(model, position_ids, kwargs.get("input_ids"))
+
+
+def rope_cause(model: Any, position_ids: Any, ids: Any = None) -> str | None:
+    """A rope scaling that makes each document depend on the longest one of its batch, when it did here."""
+    import torch
+
+    parameters = getattr(model.config, "rope_parameters", None) or {}
+    rope_type = parameters.get("rope_type") if isinstance(parameters, dict) else None
+    if rope_type not in ROW_DEPENDENT:  # recomputed from the largest position in the whole batch
+        return None
+    original = (parameters.get("original_max_position_embeddings") if rope_type == "longrope"
+                else getattr(model.config, "max_position_embeddings", None))
+    if isinstance(position_ids, torch.Tensor) and position_ids.numel():
+        longest = int(position_ids.max()) + 1
+    elif isinstance(ids, torch.Tensor) and ids.dim() == 2:
+        longest = ids.shape[1]
+    else:
+        return None
+    if original is None or longest <= original:
+        return None
+    return (f"{rope_type!r} rope scaling recomputes the rotary frequencies from the largest position in the batch "
+            f"({longest} > {original}): each document's outputs depend on the longest document beside it; "
+            f"give documents longer than {original} tokens rows of their own")
 
 
 def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, positions: Any) -> list[str]:
@@ -113,14 +137,6 @@ def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, pos
         if id(model) in calls:
             hint = diagnose(model, calls[id(model)])
             if hint:
-                hints.append(f"{type(unwrapped(model)).__name__}: {hint}")
+                name = type(unwrapped(model)).__name__
+                hints.append(hint if hint.startswith(name) else f"{name}: {hint}")
     return hints
-
-
-def mixer_hints(model_fn: Callable[..., Any]) -> list[str]:
-    """One line per hybrid Hugging Face model ``model_fn`` reaches whose stateful layers no setting keeps apart.
-
-    Needs no run: which layers carry state, and what transformers needs to reset
-    them, is the family's (``hybrid_packing``), whatever the call was."""
-    return [f"{type(unwrapped(m)).__name__}: {mixer_hint(unwrapped(m))}" for m in reachable_hf_models(model_fn)
-            if mixer_hint(unwrapped(m)) is not None]

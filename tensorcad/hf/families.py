@@ -1,5 +1,6 @@
-"""Each supported `model_type` read into a design: Llama's family, Gemma 2 and GPT-2 (and the
-hybrids Mamba-2, Bamba and LFM2, whose readers are `hybrid_families`).
+"""Each supported `model_type` read into a design: Llama's family, Gemma 2 and GPT-2 here; the
+other decoders (`decoders`) and the hybrids Mamba-2, Bamba and LFM2 (`hybrid_families`) register
+their readers through `reader`.
 
 A family takes every key its config class writes (`transformers.<X>Config().to_dict()`)
 and says where it goes; `Reader.finish` refuses the rest. The designs use the ids the
@@ -13,7 +14,7 @@ from typing import Any
 
 from ..errors import TensorcadError
 from .config import Reader
-from .hybrid_families import HYBRID, READERS
+from .rope import rope_of
 
 DOCUMENT_MASK = "doc(b, q) == doc(b, kv)"
 _BLOCK = "nodes[1].params.block.params"
@@ -21,42 +22,33 @@ _ATTN = f"{_BLOCK}.attention"
 
 # pre-norm RMSNorm blocks, SwiGLU and rotary GQA, differing in biases, q/k norms and windows
 LLAMA_LIKE = ("llama", "mistral", "qwen2", "qwen3", "phi3")
-SUPPORTED = LLAMA_LIKE + ("gemma2", "gpt2") + HYBRID
+SUPPORTED = LLAMA_LIKE + ("gemma2", "gpt2")  # read here; `READERS` holds the rest
 # Families transformers has that the design language cannot say yet, with what it lacks.
 NOT_YET = {
-    "gemma3": "a rotary base of its own for the local layers (rope_local_base_freq) is not in the design language yet",
+    "gemma3": "a vision-language model (its vision tower is not in the design language): import its text_config, "
+              "model_type gemma3_text",
 }
+# Readers other modules register (`reader`): model_type -> the function reading it.
+READERS: dict[str, Any] = {}
 
 
-def _rope(r: Reader) -> float:
-    """The rotary base, from `rope_parameters` (transformers 5) or `rope_theta` (older files)."""
-    theta = None
-    rp = r.map("rope_parameters", f"{_ATTN}.rope")
-    if rp is not None:
-        if not isinstance(rp, dict):
-            r.refuse("rope_parameters", f"expected an object, got {type(rp).__name__}")
-        for key, value in rp.items():
-            where = f"rope_parameters.{key}"
-            if key == "rope_theta":
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1e12:
-                    r.refuse(where, f"expected a number in 1..1e12, got {value!r}")
-                theta = float(value)
-            elif key == "rope_type":
-                if value != "default":
-                    r.refuse(where, f"{value!r} rope scaling is not in the design language (only 'default' rotary)")
-            elif key == "partial_rotary_factor":
-                if value != 1.0:
-                    r.refuse(where, f"{value!r}: the design rotates every feature of a head (factor 1.0 only)")
-            else:
-                r.refuse(where, f"{key!r} belongs to a rope scaling the design language cannot say")
-    scaling = r.map("rope_scaling", f"{_ATTN}.rope (older files' name for rope_parameters' scaling)")
-    if scaling is not None and not (isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"):
-        r.refuse("rope_scaling", f"{scaling!r} is not in the design language (only plain rotary)")
-    if r.has("rope_theta"):
-        theta = r.float("rope_theta", f"{_ATTN}.rope.theta")
-    if theta is None:
-        theta = 10000.0  # transformers' default base
-    return theta
+def reader(*model_types: str):
+    """Register a family's reader for these model types (as `rules.rule` registers a rule)."""
+    def register(fn):
+        for model_type in model_types:
+            READERS[model_type] = fn
+        return fn
+
+    return register
+
+
+def _rope(r: Reader, head_dim: int, context: int, partial: bool = False) -> tuple[dict[str, Any], int]:
+    """(the attention's rope, the design's context): a dynamic scaling is meant to reach factor x the context."""
+    rope = rope_of(r, f"{_ATTN}.rope", head_dim, partial=partial)
+    scaling = rope.get("scaling")
+    if scaling is not None and scaling["type"] == "dynamic":
+        context = int(context * scaling["factor"])
+    return rope, context
 
 
 MAX_CYCLE = 16  # the most blocks a stack takes in turn (catalog: stack.windows)
@@ -75,11 +67,19 @@ def _layer_windows(r: Reader, layers: int, window) -> list | None:
     if "sliding_attention" in kinds and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
         r.refuse("sliding_window", f"sliding layers need a positive window, got {window!r}")
     per_layer = [window if t == "sliding_attention" else None for t in types]
-    for n in range(1, min(layers, MAX_CYCLE) + 1):
-        if layers % n == 0 and per_layer == per_layer[:n] * (layers // n):
-            return per_layer[:n]
+    cycle = shortest_cycle(per_layer)
+    if cycle is not None:
+        return cycle
     r.refuse("layer_types", f"no cycle of at most {MAX_CYCLE} layers repeats to these {layers}; "
                             "a stack takes at most that many blocks in turn")
+
+
+def shortest_cycle(per_layer: list) -> list | None:
+    """The fewest blocks that, taken in turn, give every layer its own (the last turn may be cut short)."""
+    for n in range(1, min(len(per_layer), MAX_CYCLE) + 1):
+        if per_layer == [per_layer[i % n] for i in range(len(per_layer))]:
+            return per_layer[:n]
+    return None
 
 
 def _windows(r: Reader, model_type: str, layers: int) -> list | None:
@@ -148,13 +148,13 @@ def llama_like(r: Reader, model_type: str, name: str, documents: bool, positions
     context = r.int("max_position_embeddings", "context", default=2048)
     eps = r.float("rms_norm_eps", f"{_BLOCK}.eps and nodes[2].params.eps", default=1e-6)
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=False)
-    theta = _rope(r)
+    rope, context = _rope(r, head_dim, context, partial=model_type == "phi3")  # Phi-3 turns part of a head
     cycle = _windows(r, model_type, layers)
 
     attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "causal": True}
     stack_params: dict[str, Any] = {"repeat": layers}
     _place_windows(r, cycle, attention, stack_params)
-    attention["rope"] = {"theta": theta}
+    attention["rope"] = rope
     mlp: dict[str, Any] = {"hidden": hidden, "activation": "swiglu"}
     if model_type == "llama":
         attention["bias"] = r.flag("attention_bias", f"{_ATTN}.bias")
@@ -166,7 +166,6 @@ def llama_like(r: Reader, model_type: str, name: str, documents: bool, positions
         attention["qk_norm"] = {"eps": eps}
     elif model_type == "phi3":
         r.must_be("attention_bias", (False,), "Phi-3's projections have no biases", False)
-        r.ignore("original_max_position_embeddings", "the pretraining context, read only by longrope scaling, which is refused")
     if documents:
         attention["mask"] = DOCUMENT_MASK
     stack_in: dict[str, str] = {"x": "embed"}
@@ -211,7 +210,7 @@ def gemma2(r: Reader, model_type: str, name: str, documents: bool, positions: bo
     context = r.int("max_position_embeddings", "context", default=8192)
     eps = r.float("rms_norm_eps", f"{_BLOCK}.eps and nodes[2].params.eps", default=1e-6)
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=True)
-    theta = _rope(r)
+    rope, context = _rope(r, head_dim, context)
     cycle = _windows(r, model_type, layers)
     scalar = r.float("query_pre_attn_scalar", f"{_ATTN}.scale (its -1/2 power)", default=head_dim)
     if scalar <= 0:
@@ -224,7 +223,7 @@ def gemma2(r: Reader, model_type: str, name: str, documents: bool, positions: bo
     r.must_be("use_bidirectional_attention", (None, False), "a causal LM attends to earlier keys only", None)
     r.ignore("cache_implementation", "which KV cache generation uses; the logits are the same")
     attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "causal": True,
-                                 "scale": scalar ** -0.5, "rope": {"theta": theta},
+                                 "scale": scalar ** -0.5, "rope": rope,
                                  "bias": r.flag("attention_bias", f"{_ATTN}.bias")}
     if cap is not None:
         attention["score"] = f"tanh(score * {1.0 / cap!r}) * {float(cap)!r}"
@@ -322,6 +321,6 @@ def family(model_type: Any, where: str):
         return gemma2
     if model_type in LLAMA_LIKE:
         return llama_like
-    if model_type in READERS:  # layers that carry state: hybrid_families
+    if model_type in READERS:  # registered: decoders, hybrid_families (layers that carry state)
         return READERS[model_type]
-    raise TensorcadError(where, f"unknown model_type {model_type!r} (supported: {', '.join(SUPPORTED)})")
+    raise TensorcadError(where, f"unknown model_type {model_type!r} (supported: {', '.join(SUPPORTED + tuple(READERS))})")

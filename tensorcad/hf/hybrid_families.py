@@ -14,8 +14,9 @@ from typing import Any
 
 from ..errors import TensorcadError
 from .config import Reader
+from .families import DOCUMENT_MASK, reader
+from .rope import rope_of
 
-DOCUMENT_MASK = "doc(b, q) == doc(b, kv)"  # the mask families.py gives every attention, too
 _STACK = "nodes[1].params"
 _NO_LIMIT = (0.0, float("inf"))
 _INIT = "how transformers initialises untrained weights; loaded weights replace them"
@@ -27,33 +28,6 @@ def _cycle(types: list[str]) -> list[str]:
         if len(types) % n == 0 and types == types[:n] * (len(types) // n):
             return types[:n]
     return types
-
-
-def _rope(r: Reader, where: str) -> dict[str, Any]:
-    """The rotary settings, partial rotary (Bamba's 0.5) included, from `rope_parameters`."""
-    rope: dict[str, Any] = {"theta": 10000.0}
-    rp = r.map("rope_parameters", where)
-    if rp is None:
-        return rope
-    if not isinstance(rp, dict):
-        r.refuse("rope_parameters", f"expected an object, got {type(rp).__name__}")
-    for key, value in rp.items():
-        path = f"rope_parameters.{key}"
-        if key == "rope_theta":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1e12:
-                r.refuse(path, f"expected a number in 1..1e12, got {value!r}")
-            rope["theta"] = float(value)
-        elif key == "rope_type":
-            if value != "default":
-                r.refuse(path, f"{value!r} rope scaling is not in the design language (only 'default' rotary)")
-        elif key == "partial_rotary_factor":
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                r.refuse(path, f"expected a share in (0, 1], got {value!r}")
-            if value != 1:
-                rope["fraction"] = float(value)
-        else:
-            r.refuse(path, f"{key!r} belongs to a rope scaling the design language cannot say")
-    return rope
 
 
 def _ssm(r: Reader, prefix: str, heads: str, head_dim: str, state: str, groups: str, kernel: str, chunk: str,
@@ -96,8 +70,9 @@ def _design(name: str, context: int, documents: bool, positions: bool, vocab: in
     }
 
 
-def _attention(r: Reader, documents: bool, dim: int) -> dict[str, Any]:
-    """The attention layers' heads (kv_heads: heads when null), rotary and, with documents, the mask."""
+def _attention(r: Reader, documents: bool, dim: int, partial: bool = False) -> dict[str, Any]:
+    """The attention layers' heads (kv_heads: heads when null), rotary (part of each head with ``partial``,
+    Bamba's) and, with documents, the mask."""
     where = f"{_STACK}.blocks.attention.params.attention"
     heads = r.int("num_attention_heads", f"{where}.heads")
     kv_heads = (r.int("num_key_value_heads", f"{where}.kv_heads") if r.get("num_key_value_heads") is not None
@@ -105,12 +80,13 @@ def _attention(r: Reader, documents: bool, dim: int) -> dict[str, Any]:
     if dim % heads:
         r.refuse("num_attention_heads", f"{heads} heads do not divide hidden_size {dim}")
     attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": dim // heads, "causal": True,
-                                 "rope": _rope(r, f"{where}.rope")}
+                                 "rope": rope_of(r, f"{where}.rope", dim // heads, partial=partial)}
     if documents:
         attention["mask"] = DOCUMENT_MASK
     return attention
 
 
+@reader("mamba2")
 def mamba2(r: Reader, model_type: str, name: str, documents: bool, positions: bool) -> dict[str, Any]:
     """Mamba-2: pre-norm blocks of the selective scan alone (no MLP), the final RMSNorm, the head."""
     block = f"{_STACK}.blocks.ssm.params"
@@ -136,6 +112,7 @@ def mamba2(r: Reader, model_type: str, name: str, documents: bool, positions: bo
     return _design(name, 2048, documents, False, vocab, dim, eps, blocks, ["ssm"] * layers, tied)
 
 
+@reader("bamba")
 def bamba(r: Reader, model_type: str, name: str, documents: bool, positions: bool) -> dict[str, Any]:
     """Bamba: Mamba-2 layers with attention at `attn_layer_indices`, a SwiGLU MLP after each,
     attention rotating half of each head (transformers sets partial_rotary_factor 0.5)."""
@@ -150,7 +127,7 @@ def bamba(r: Reader, model_type: str, name: str, documents: bool, positions: boo
     ssm = _ssm(r, f"{blocks_at}.mamba.params", "mamba_n_heads", "mamba_d_head", "mamba_d_state", "mamba_n_groups",
                "mamba_d_conv", "mamba_chunk_size", "mamba_proj_bias", "mamba_conv_bias", "mamba_expand", dim, eps)
     mlp = {"hidden": hidden, "activation": "swiglu", "bias": r.flag("mlp_bias", f"{blocks_at}.*.params.mlp.bias")}
-    attention = _attention(r, documents, dim)
+    attention = _attention(r, documents, dim, partial=True)
     attention["bias"] = r.flag("attention_bias", f"{blocks_at}.attention.params.attention.bias")
     indices = r.map("attn_layer_indices", f"{_STACK}.layers (the attention layers)") or []
     if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
@@ -189,6 +166,7 @@ def _lfm2_hidden(r: Reader, where: str) -> int:
     return hidden
 
 
+@reader("lfm2")
 def lfm2(r: Reader, model_type: str, name: str, documents: bool, positions: bool) -> dict[str, Any]:
     """LFM2: gated short convolutions with grouped-query attention where layer_types say
     full_attention (q and k RMS-normalised), a SwiGLU MLP after each, a final RMSNorm (its
@@ -223,6 +201,3 @@ def lfm2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
     names = ["attention" if t == "full_attention" else "conv" for t in types]
     return _design(name, context, documents, positions, vocab, dim, eps, blocks, names, tied)
 
-
-READERS = {"mamba2": mamba2, "bamba": bamba, "lfm2": lfm2}
-HYBRID = tuple(READERS)

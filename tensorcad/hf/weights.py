@@ -41,8 +41,18 @@ class WeightMap:
 _CLASSES = {
     "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
     "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gpt2": "GPT2LMHeadModel",
-    **HYBRID_CLASSES,
+    "gemma3_text": "Gemma3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "granite": "GraniteForCausalLM",
+    "starcoder2": "Starcoder2ForCausalLM", "smollm3": "SmolLM3ForCausalLM", "cohere": "CohereForCausalLM",
+    "stablelm": "StableLmForCausalLM", **HYBRID_CLASSES,
 }
+# Our names of a block's norms -> transformers' (Gemma's norm before the MLP is pre_feedforward_layernorm).
+_BLOCK_NORMS = {"attention_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm",
+                "post_attention_norm": "post_attention_layernorm", "post_mlp_norm": "post_feedforward_layernorm"}
+
+
+def _kinds(norm: Node) -> list[str]:
+    """A norm's tensors: its scale, and its bias when it is a layernorm with one."""
+    return ["weight", "bias"] if norm.kind == "layernorm" and norm.params.get("bias", True) else ["weight"]
 
 
 def _top(design: Design, kind: str) -> Node:
@@ -107,13 +117,13 @@ def weight_map(design: Design, attr: Callable[[str], str] = lambda id: id) -> We
     else:
         add("model.embed_tokens.weight", f"{E}.weight")
         h, a = "model.layers.{i}", f"{L}.attention"
-        add(f"{h}.input_layernorm.weight", f"{L}.attention_norm.weight")
-        if model_type == "gemma2":  # a norm after each half too
-            add(f"{h}.post_attention_layernorm.weight", f"{L}.post_attention_norm.weight")
-            add(f"{h}.pre_feedforward_layernorm.weight", f"{L}.mlp_norm.weight")
-            add(f"{h}.post_feedforward_layernorm.weight", f"{L}.post_mlp_norm.weight")
-        else:
-            add(f"{h}.post_attention_layernorm.weight", f"{L}.mlp_norm.weight")
+        for child in block.children:
+            if child.id in _BLOCK_NORMS:
+                theirs = _BLOCK_NORMS[child.id]
+                if child.id == "mlp_norm" and block.params["post_norms"]:  # Gemma: a norm each side of each half
+                    theirs = "pre_feedforward_layernorm"
+                for kind in _kinds(child):
+                    add(f"{h}.{theirs}.{kind}", f"{L}.{child.id}.{kind}")
         kinds = ["weight"] + (["bias"] if p["qkv_bias"] else [])
         if model_type == "phi3":  # one fused projection, q then k then v; gate then up
             for kind in kinds:
@@ -132,11 +142,16 @@ def weight_map(design: Design, attr: Callable[[str], str] = lambda id: id) -> We
         for kind in mlp_kinds:
             if model_type == "phi3":
                 add(f"{h}.mlp.gate_up_proj.{kind}", f"{L}.mlp.gate.{kind}", f"{L}.mlp.up.{kind}")
+            elif mlp.params["activation"] not in ("swiglu", "geglu"):  # StarCoder 2's two matrices
+                add(f"{h}.mlp.c_fc.{kind}", f"{L}.mlp.fc.{kind}")
+                add(f"{h}.mlp.c_proj.{kind}", f"{L}.mlp.proj.{kind}")
+                continue
             else:
                 add(f"{h}.mlp.gate_proj.{kind}", f"{L}.mlp.gate.{kind}")
                 add(f"{h}.mlp.up_proj.{kind}", f"{L}.mlp.up.{kind}")
             add(f"{h}.mlp.down_proj.{kind}", f"{L}.mlp.down.{kind}")
-        add("model.norm.weight", f"{N}.weight")
+        for kind in _kinds(norm):
+            add(f"model.norm.{kind}", f"{N}.{kind}")
     if not tied:
         add("lm_head.weight", f"{H}.weight")
     if head.params["bias"]:

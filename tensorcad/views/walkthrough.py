@@ -86,7 +86,9 @@ def _blocks(design: Design, report: Report) -> dict:
         elif n.kind == "stack" and n.children:
             block = n.children[0]
             what = _block_words(block) if block.kind == "transformer_block" else f"each is a {block.kind}"
-            lines.append(f"{n.id} repeats one {block.kind} {n.repeat} times: {what}.")
+            layers = n.repeat * sum(c.repeat for c in n.children)
+            turns = f" ({len(n.children)} kinds in turn)" if len(n.children) > 1 else ""
+            lines.append(f"{n.id} repeats one {block.kind} {layers} times{turns}: {what}.")
         elif n.kind == "transformer_block":
             lines.append(f"{n.id} is one transformer block: {_block_words(n)}.")
     f = report.flops

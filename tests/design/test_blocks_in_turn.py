@@ -31,7 +31,7 @@ def test_one_window_in_turn_is_the_block_window():
 
 
 @pytest.mark.parametrize("windows, path, message", [
-    ([4096, None, 512], "nodes[1].params.windows", "3 windows do not divide repeat 32"),
+    ([4096, None, 512] * 11, "nodes[1].params.windows", "expected a list of 1 to 16 windows"),
     ([0, None], "nodes[1].params.windows[0]", "0 is not a window"),
     ([], "nodes[1].params.windows", "expected a list of 1 to 16 windows"),
 ])

@@ -84,8 +84,8 @@ def _mixer(raw):
      "windows take a block in turn"),
     (lambda r: r["nodes"][1]["params"].update(layers=["mamba"] * 7 + ["a b"]), "nodes[1].params.layers[7]",
      "'a b' is not a name"),
-    (lambda r: _blocks(r)["attention"]["params"]["attention"]["rope"].update(fraction=0.3),
-     "nodes[1].params.blocks.attention.params.attention.rope.fraction", "rotary pairs need an even number"),
+    (lambda r: _blocks(r)["attention"]["params"]["attention"]["rope"].update(rotary_dim=3),
+     "nodes[1].params.blocks.attention.params.attention.rope.rotary_dim", "3 must be even and at most head_dim"),
 ])
 def test_what_cannot_hold_is_refused_naming_its_path(change, path, message):
     raw = _raw()

@@ -197,7 +197,7 @@ def test_gpt2_with_a_block_diagonal_mask_and_positions_through_the_row(hf_batch)
     assert report.moved and report.boundaries[0].worst().largest > 0.1
     with pytest.raises(CertificateError, match=r"document \d+ of row \d+ .* differs from the same document "
                                                r"run alone by") as faithful:
-        assert_faithful(model_fn, *hf_batch)  # alone: the GPT-2 the wrapper holds, through its own forward
+        assert_faithful(model_fn, *hf_batch)  # alone: the wrapper on one document, positions from 0
     assert faithful.value.report.worst().largest > 0.1
     assert assert_gradients_isolated(model_fn, *hf_batch).passed  # the mask holds in the backward too
 
@@ -244,8 +244,10 @@ def test_mistral_with_the_docs_4d_mask_loses_its_window(hf_batch):
                        use_cache=False)
 
     assert assert_isolated(model_fn, *hf_batch, vocab=128).passed
+    # Alone, by default, is the wrapper on one document: it loses the window there too, so packing changes nothing.
+    assert assert_faithful(model_fn, *hf_batch).largest <= 1e-5
     with pytest.raises(CertificateError) as caught:
-        assert_faithful(model_fn, *hf_batch)  # alone: the Mistral the wrapper holds, through its own forward
+        assert_faithful(model_fn, *hf_batch, alone_fn="model")  # alone: the Mistral it holds, through its own forward
     report = caught.value.report
     lengths = {(d.row, d.document): d.length for d in report.differences}
     assert lengths and all(length > 16 for length in lengths.values())  # only documents longer than the window

@@ -7,7 +7,7 @@ _NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 _LLAMA_SHAPES = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
 WINDOW = 8  # Mistral's, Qwen2's and Phi-3's window, smaller than every document of the packed row
-WINDOWED = ("mistral", "qwen2", "phi3", "gemma2")
+WINDOWED = ("mistral", "qwen2", "phi3", "gemma2", "gemma3_text", "starcoder2")
 
 
 def tiny_config(transformers, family: str):
@@ -29,12 +29,42 @@ def tiny_config(transformers, family: str):
         return tiny_gemma2(t)
     if family == "gpt2":
         return t.GPT2Config(vocab_size=97, n_embd=64, n_layer=2, n_head=4, n_positions=128, **_NO_TOKENS)
+    if family == "llama-3.1":  # Llama 3.1's rope scaling, its original context cut to 16 so that it acts in a row
+        return t.LlamaConfig(**_LLAMA_SHAPES, **_NO_TOKENS, rope_parameters={
+            "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0, "original_max_position_embeddings": 16})
+    if family == "gemma3_text":  # two local layers then a global one, the last cycle cut short; a base each, scaled
+        return t.Gemma3TextConfig(
+            vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+            num_key_value_heads=2, head_dim=16, max_position_embeddings=128, sliding_window=WINDOW,
+            query_pre_attn_scalar=24, layer_types=["sliding_attention"] * 2 + ["full_attention", "sliding_attention"],
+            rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                             "full_attention": {"rope_type": "linear", "factor": 8.0, "rope_theta": 1000000.0}},
+            **_NO_TOKENS)
+    if family == "olmo2":
+        return t.Olmo2Config(**_LLAMA_SHAPES, **_NO_TOKENS)
+    if family == "granite":
+        return t.GraniteConfig(**_LLAMA_SHAPES, **_NO_TOKENS, embedding_multiplier=4.0, residual_multiplier=0.5,
+                               attention_multiplier=0.25, logits_scaling=0.5)
+    if family == "starcoder2":
+        return t.Starcoder2Config(**_LLAMA_SHAPES, **_NO_TOKENS, sliding_window=WINDOW)
+    if family == "smollm3":  # every second layer without rope
+        return t.SmolLM3Config(**{**_LLAMA_SHAPES, "num_hidden_layers": 4}, **_NO_TOKENS, no_rope_layer_interval=2)
+    if family == "cohere":
+        return t.CohereConfig(**_LLAMA_SHAPES, **_NO_TOKENS, logit_scale=0.25)
+    if family == "stablelm":  # a quarter of each head rotated, q/k/v biased
+        return t.StableLmConfig(**_LLAMA_SHAPES, **_NO_TOKENS, partial_rotary_factor=0.25, use_qkv_bias=True)
     raise AssertionError(family)
 
 
-FAMILIES = ("llama", "llama-biased", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2")
+# The families import-hf reads since issue 34, and Llama 3.1's rope scaling.
+NEW_FAMILIES = ("llama-3.1", "gemma3_text", "olmo2", "granite", "starcoder2", "smollm3", "cohere", "stablelm")
+FAMILIES = ("llama", "llama-biased", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2") + NEW_FAMILIES
 CONFIG_CLASSES = {"llama": "LlamaConfig", "llama-biased": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
-                  "qwen3": "Qwen3Config", "phi3": "Phi3Config", "gemma2": "Gemma2Config", "gpt2": "GPT2Config"}
+                  "qwen3": "Qwen3Config", "phi3": "Phi3Config", "gemma2": "Gemma2Config", "gpt2": "GPT2Config",
+                  "llama-3.1": "LlamaConfig", "gemma3_text": "Gemma3TextConfig", "olmo2": "Olmo2Config",
+                  "granite": "GraniteConfig", "starcoder2": "Starcoder2Config", "smollm3": "SmolLM3Config",
+                  "cohere": "CohereConfig", "stablelm": "StableLmConfig"}
 
 
 def tiny_gemma2(transformers, layers=4):

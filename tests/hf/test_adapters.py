@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import adapt, assert_isolated, call, hf_causal_lm
+from harness import CertificateError, adapt, assert_gradients_isolated, assert_isolated, call, hf_causal_lm
 from tensorcad.hf.adapters import document_mask, is_encoder
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import draw
@@ -105,10 +105,22 @@ def test_position_ids_and_mask_packings_agree(llama, batch):
     assert (a - b).abs().max() < 1e-5 and (b - c).abs().max() == 0
 
 
-def test_flash_kwargs_are_refused_where_the_attention_ignores_them(llama):
-    with pytest.raises(TensorcadError, match=r"packing: 'flash_kwargs' needs a flash attention implementation, "
-                                             r"but the model uses 'sdpa'"):
-        hf_causal_lm(llama, packing="flash_kwargs")
+def test_flash_kwargs_are_refused_only_where_transformers_would_attend_across_documents():
+    # The evidence, each document run alone: sdpa ignores cu_seq_lens, yet a decoder called with them and the
+    # collator's restarting position_ids (no mask, no cache) is kept apart by those positions; an encoder is not.
+    from hf_setups import alone_gaps
+
+    ids, documents, positions, batch = collated()
+    flash = {k: batch[k] for k in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")}
+    llama, bert = tiny_model("llama", "sdpa"), tiny_model("bert", "sdpa")
+    assert max(alone_gaps(llama, lambda i, d, p: llama(input_ids=i, position_ids=p, use_cache=False, **flash).logits,
+                          ids, documents, positions)) < 1e-5
+    assert min(alone_gaps(bert, lambda i, d, p: bert(input_ids=i, position_ids=p, **flash).logits,
+                          ids, documents, positions)) > 1e-4  # every document, the first too, reads the others
+    assert assert_isolated(hf_causal_lm(llama, packing="flash_kwargs"), ids, documents, positions).passed
+    with pytest.raises(TensorcadError, match=r"packing: 'flash_kwargs' on BertForMaskedLM, an encoder under 'sdpa': "
+                                             r"'sdpa' ignores cu_seq_lens .* use packing='mask'"):
+        hf_causal_lm(bert, packing="flash_kwargs")
     with pytest.raises(TensorcadError, match=r"packing: unknown packing 'cu'"):
         hf_causal_lm(llama, packing="cu")
     with pytest.raises(TensorcadError, match=r"model: expected a transformers PreTrainedModel, got Generated"):
@@ -224,6 +236,49 @@ def test_flash_kwargs_reach_a_varlen_attention_as_the_collator_gives_them(batch)
         flat = model_fn(*rows)
         plain = hf_causal_lm(tiny_model("llama", "sdpa"))(*rows)
     assert flat.shape == plain.shape == (2, 96, 128) and (flat - plain).abs().max() < 1e-5
+
+
+def whole_row_sdpa(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+    """A registered attention that reads neither its mask nor cu_seq_lens: causal over the whole flattened
+    row, as a flash kernel called without its varlen arguments would be."""
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, is_causal=True, scale=scaling,
+                                                           enable_gqa=True)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def _register(name, attention):
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask
+
+    AttentionInterface.register(name, attention)
+    AttentionMaskInterface.register(name, flash_attention_mask)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2"])
+def test_gradients_are_certified_through_flash_kwargs(family, batch):
+    # The adapter flattens the batch to one row; the embedding that reads it is found, its gradient read
+    # back row by row. Two rows of documents, the second beginning inside one.
+    _register("tensorcad_varlen", varlen_sdpa)
+    model = tiny_model(family, "tensorcad_varlen")
+    result = assert_gradients_isolated(hf_causal_lm(model, packing="flash_kwargs"), *batch)
+    assert result.passed and result.losses == result.documents > 2 and result.embedding == "model.embed_tokens"
+
+
+def test_an_attention_that_ignores_cu_seq_lens_leaks_gradients_and_the_certificate_says_so(batch):
+    _register("tensorcad_whole_row", whole_row_sdpa)
+    model = tiny_model("llama", "tensorcad_whole_row").train()
+    ids, documents, positions = batch
+    # The reference, by hand: the flattened row's embeddings as a leaf, the loss on row 0's second document.
+    embeds = model.model.embed_tokens(ids.reshape(1, -1)).detach().requires_grad_(True)
+    logits = model(inputs_embeds=embeds, position_ids=positions.reshape(1, -1), use_cache=False).logits
+    second = documents[0] == documents[0, -1]
+    logits.reshape(*ids.shape, -1)[0][second].sum().backward()
+    reached = embeds.grad.reshape(*ids.shape, -1).abs().amax(-1)
+    assert reached[0][~second].max() > 0  # the gradient crosses into the documents before it
+    model.eval()
+    with pytest.raises(CertificateError, match=r"gradients cross documents\nthe loss on document \d+ of row \d+ has "
+                                               r"gradient up to \S+ on the embeddings of document \d+"):
+        assert_gradients_isolated(hf_causal_lm(model, packing="flash_kwargs"), *batch)
 
 
 def test_a_compiled_model_is_recognised_by_what_it_compiles(llama):

@@ -141,6 +141,24 @@ def test_ours_passes_every_certificate_packed(pair):
     assert harness.assert_gradients_isolated(ours, *batch).passed
 
 
+def test_a_scaled_rope_on_bamba_turns_half_of_each_head_as_transformers_does():
+    # rope.rotary_dim (Bamba's partial_rotary_factor 0.5) and rope.scaling together, held to transformers
+    config = tiny_hybrid(transformers, "bamba").to_dict()
+    config["rope_parameters"] = {"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0, "low_freq_factor": 1.0,
+                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 16,
+                                 "partial_rotary_factor": 0.5}
+    config = transformers.BambaConfig.from_dict(config)
+    torch.manual_seed(0)
+    hf = transformers.AutoModelForCausalLM.from_config(config).eval()
+    design = tensorcad.load(design_from_config(config.to_dict()))
+    rope = next(n.params for n, _ in design.walk() if n.kind == "rope")
+    assert rope["rotary_dim"] * 2 == rope["head_dim"] and rope["scaling"]["type"] == "llama3"
+    model = build(design, form="eager").load_hf_state_dict(hf.state_dict())
+    ids = torch.randint(0, 97, (1, 40), generator=torch.Generator().manual_seed(2))  # past the original 16
+    with torch.no_grad():
+        assert (model(ids) - _theirs(hf, ids)).abs().max() <= TOLERANCE
+
+
 def test_hf_state_dict_loads_back_into_transformers(pair):
     family, config, hf, ours = pair
     fresh = transformers.AutoModelForCausalLM.from_config(config).eval()
@@ -204,8 +222,10 @@ def test_seq_idx_is_refused_for_a_family_without_stateful_layers():
     ("mamba2", {"hidden_act": "gelu"}, "hidden_act"),
     ("mamba2", {"expand": 3}, "expand"),  # the inner width must be heads x head_dim
     ("lfm2", {"layer_types": ["conv", "sliding_attention", "conv"]}, "layer_types"),
-    ("bamba", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}},
-     "rope_parameters.rope_type"),
+    ("bamba", {"rope_parameters": {"rope_type": "proportional", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+     "rope_parameters.rope_type"),  # a rope type the language has no scaling for
+    ("lfm2", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e4, "partial_rotary_factor": 0.5}},
+     "rope_parameters.partial_rotary_factor"),  # LFM2's attention turns every feature
 ])
 def test_what_the_language_cannot_say_is_refused_naming_the_key(family, change, key):
     config = {**tiny_hybrid(transformers, family).to_dict(), **change}

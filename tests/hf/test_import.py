@@ -104,17 +104,20 @@ def test_an_unknown_model_type_is_one_line_naming_it():
 
 def test_a_known_family_the_language_cannot_say_yet_says_what_it_lacks():
     message = _refused({**tiny_config(transformers, "gemma2").to_dict(), "model_type": "gemma3"})
-    assert message.startswith("model_type: 'gemma3': ") and "not in the design language yet" in message
+    assert message.startswith("model_type: 'gemma3': a vision-language model") and "gemma3_text" in message
 
 
 @pytest.mark.parametrize(
     "change, path",
     [
-        ({"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0}}, "rope_parameters.rope_type"),
+        ({"rope_parameters": {"rope_type": "proportional", "rope_theta": 500000.0, "factor": 8.0}},
+         "rope_parameters.rope_type"),
+        ({"rope_parameters": {"rope_type": "linear", "rope_theta": 1e4, "factor": 2.0, "beta_fast": 32}},
+         "rope_parameters.beta_fast"),
         ({"quantization_config": {"bits": 4}}, "quantization_config"),
         ({"hidden_act": "gelu"}, "hidden_act"),
         ({"is_encoder_decoder": True}, "is_encoder_decoder"),
-        ({"rope_scaling": {"type": "linear", "factor": 2.0}}, "rope_scaling"),
+        ({"rope_scaling": {"type": "mrope", "mrope_section": [2, 2]}}, "rope_scaling.rope_type"),
     ],
 )
 def test_an_unsupported_field_is_one_line_naming_it(change, path):
@@ -140,10 +143,16 @@ def test_layer_types_in_turn_become_the_stacks_windows():
     assert windows == [(8, 2), (None, 2)]
 
 
-def test_partial_rotary_is_refused():
-    config = tiny_config(transformers, "phi3").to_dict()
+def test_partial_rotary_is_refused_where_transformers_turns_every_feature():
+    # Llama's rotary embedding never reads partial_rotary_factor; Phi-3's turns that part of each head (Phi-4-mini).
+    config = tiny_config(transformers, "llama").to_dict()
     config["rope_parameters"] = {**config["rope_parameters"], "partial_rotary_factor": 0.5}
-    assert _refused(config).startswith("rope_parameters.partial_rotary_factor: ")
+    assert _refused(config).startswith("rope_parameters.partial_rotary_factor: 0.5: this family's transformers code "
+                                       "rotates every feature of a head")
+    phi = tiny_config(transformers, "phi3").to_dict()
+    phi["rope_parameters"] = {**phi["rope_parameters"], "partial_rotary_factor": 0.75}
+    rope = design_from_config(phi)["nodes"][1]["params"]["block"]["params"]["attention"]["rope"]
+    assert rope == {"theta": 10000.0, "rotary_dim": 12}  # three quarters of a 16-wide head
 
 
 def _cli(*args):
@@ -254,8 +263,32 @@ def test_hub_shaped_files_import(name, tmp_path):
             tensorcad.analyze(tensorcad.load("llama-3-8b"), OPERATING_POINTS[1]).to_json()["params"]
 
 
-def test_llama_3_1_rope_scaling_is_refused_naming_it():
-    config = {**HUB_FILES["Meta-Llama-3-8B"], "rope_scaling": {
+def test_a_llama_3_1_hub_file_imports_its_rope_scaling():
+    # Meta-Llama-3.1-8B's config.json: Llama 3's shapes, a 131,072 context, rope_scaling of type llama3.
+    config = {**HUB_FILES["Meta-Llama-3-8B"], "max_position_embeddings": 131072, "rope_scaling": {
         "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
-    assert _refused(config).startswith("rope_scaling: ")
+    design = tensorcad.load(design_from_config(config, name="llama-3-8b"))
+    rope = design.nodes[1].children[0].child("attention").child("rope_q").params
+    assert rope["theta"] == 500000.0 and rope["scaling"] == {
+        "type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_context": 8192}
+    assert design.context == 131072
+    op = tensorcad.OperatingPoint(seq=8192, packing=tensorcad.Packing(mean=1024, spread=1.0))
+    # the scaling turns the angles only: the figures are Llama 3 8B's at the same operating point
+    assert tensorcad.analyze(design, op).to_json() == tensorcad.analyze(tensorcad.load("llama-3-8b"), op).to_json()
+
+
+@pytest.mark.parametrize("family, change, path", [
+    ("stablelm", {"qk_layernorm": True}, "qk_layernorm"),  # a LayerNorm per head
+    ("cohere", {"use_qk_norm": True}, "use_qk_norm"),
+    ("gemma3_text", {"use_bidirectional_attention": True}, "use_bidirectional_attention"),
+    ("gemma3_text", {"rope_parameters": {"sliding_attention": {"rope_type": "proportional"},
+                                         "full_attention": {"rope_type": "default"}}},
+     "rope_parameters.sliding_attention.rope_type"),
+    ("smollm3", {"no_rope_layers": [1, 0, 2, 1]}, "no_rope_layers"),  # zeros and ones only
+    ("starcoder2", {"hidden_act": "relu"}, "hidden_act"),
+    ("granite", {"logits_scaling": 0.0}, "logits_scaling"),
+])
+def test_what_a_newer_family_has_that_the_language_cannot_say_is_one_line_naming_it(family, change, path):
+    config = {**tiny_config(transformers, family).to_dict(), **change}
+    assert _refused(config).startswith(f"{path}: ")

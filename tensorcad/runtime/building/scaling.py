@@ -81,10 +81,14 @@ class _Plan:
         else:
             new_head_dim = self.w(head_dim)
         new_head_dim = max(2, new_head_dim - new_head_dim % 2)
-        fraction = p["rope"].get("fraction", 1.0) if isinstance(p.get("rope"), dict) else 1.0
-        if fraction != 1.0 and (2 / fraction).is_integer():  # partial rotary: an even number of features still turn
-            step = round(2 / fraction)
-            new_head_dim = max(step, new_head_dim - new_head_dim % step)
+        rope = p["rope"] if isinstance(p.get("rope"), dict) else {}
+        if rope.get("rotary_dim") is not None:  # partial rotary: the same share of a head turns, an even number
+            share = rope["rotary_dim"] / (head_dim or dim_in // heads)
+            if share < 1 and (2 / share).is_integer():
+                step = round(2 / share)
+                new_head_dim = max(step, new_head_dim - new_head_dim % step)
+            turned = min(new_head_dim, round(new_head_dim * share))
+            rope["rotary_dim"] = max(2, turned - turned % 2)
         p["heads"], p["kv_heads"], p["head_dim"] = new_heads, new_kv, new_head_dim
         if p.get("window") is not None:
             p["window"] = self.window(p["window"])

@@ -9,6 +9,8 @@
   it), ``boundaries`` (a boundary moved moves nothing after it),
   ``faithful`` (each document as if run alone), ``gradients`` (no gradient
   crosses documents); ``model_subject``: a user's own model as their subject;
+  ``model_calls``: what the model returns read as outputs, what it raises as one
+  line; ``causes``: the one cause of a failure, with its hint;
 - the training step's certificates (``step_certificates``: ``certify_step``
   on a model and a batch dict, and the registry's ``step[...]`` checks):
   ``step_labels`` (no label crosses a boundary), ``step_loss`` (the loss is
@@ -80,6 +82,9 @@ _LAZY = {
     "check_gradient_isolation": ".gradients:check_gradient_isolation",
     "GradientResult": ".gradients:GradientResult",
     "ModelSubject": ".model_subject:ModelSubject",
+    "ModelRaised": ".model_calls:ModelRaised",
+    "outputs_of": ".model_calls:outputs_of",
+    "failure_hints": ".causes:failure_hints",
     # the context-parallel plan: read in any form, held to the batch, each rank's attention
     "check_cp_plan": ".cp_certificate:check_cp_plan",
     "CpPlanResult": ".cp_certificate:CpPlanResult",

@@ -28,7 +28,8 @@ import torch
 from tensorcad.errors import TensorcadError
 
 from .faithful import default_tolerance, largest_difference
-from .isolation import _check_inputs, _outputs, pick, segments
+from .isolation import _check_inputs, pick, segments
+from .model_calls import run_model
 
 SHORTER, LONGER = -1, +1
 
@@ -51,7 +52,7 @@ class Move:
                 f"{self.neighbour} then starts at {self.start + self.change}, not {self.start}) moved "
                 f"document {self.neighbour}'s outputs by {self.largest:.3g} at its position "
                 f"{self.position} (tolerance {tolerance:g}): its outputs depend on where it starts "
-                "in the row, as when positions are counted through the row")
+                "in the row")
 
     def to_json(self) -> dict:
         return {"row": self.row, "document": self.document, "change": self.change,
@@ -147,7 +148,7 @@ def check_boundaries(
     moved: list[Move] = []
     largest = 0.0
     with torch.no_grad():
-        base = _outputs(model_fn(ids, documents, positions))
+        base = run_model(model_fn, (ids, documents, positions))
         if base.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(base.shape)} do not start with "
                                              f"(B, T) = {tuple(ids.shape)}")
@@ -160,7 +161,8 @@ def check_boundaries(
                 token = int(torch.randint(0, vocab, (1,), generator=generator))
                 position = None if positions is None else int(positions[row, end - 1]) + 1
                 edited = _longer([ids, documents, positions], row, end, [token, document, position])
-            out = _outputs(model_fn(*edited))
+            how = "shorter" if change == SHORTER else "longer"
+            out = run_model(model_fn, tuple(edited), f"model_fn (document {document} of row {row} one token {how})")
             got = out[row, start + change:stop + change]
             diff, at = largest_difference(got, base[row, start:stop])
             largest = max(largest, diff)

@@ -32,9 +32,20 @@ def _model(s: Any) -> Any:
     return s.model("flex") if getattr(s, "design", None) is not None else s.model()
 
 
-def _verdict(name: str, result: Any, headline: str) -> Check:
+def _verdict(name: str, result: Any, headline: str, s: Any = None, certificate: str = "",
+             **known: Any) -> Check:
+    verdicts = getattr(s, "verdicts", None)
+    if verdicts is not None:
+        verdicts[name] = result.passed
     if not result.passed:
-        return failed(name, f"{headline}\n{result.message()}", result.to_json())
+        message = f"{headline}\n{result.message()}"
+        if s is not None:
+            from .causes import failure_hints
+
+            hints = failure_hints(_model(s), *s.batch, certificate, vocab=s.vocab, sample=s.settings.sample,
+                                  seed=s.settings.seed, **known)
+            message += "".join(f"\n{hint}" for hint in hints)
+        return failed(name, message, result.to_json())
     return passed(name, result.message(), result.to_json())
 
 
@@ -43,7 +54,7 @@ def tokens_check(s: Any) -> Check:
 
     batch = _packed(s)
     result = check_isolation(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample, seed=s.settings.seed)
-    return _verdict("isolation", result, "documents are not isolated")
+    return _verdict("isolation", result, "documents are not isolated", s, "isolation")
 
 
 def boundaries_check(s: Any) -> Check:
@@ -53,7 +64,8 @@ def boundaries_check(s: Any) -> Check:
     result = check_boundaries(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample, seed=s.settings.seed)
     if result.moves == 0:
         raise Skipped(result.message())
-    return _verdict("isolation[boundaries]", result, "documents are not isolated")
+    return _verdict("isolation[boundaries]", result, "documents are not isolated", s, "boundaries",
+                    tokens_leak=_known_leak(s), boundaries_moved=not result.passed)
 
 
 def faithful_check(s: Any) -> Check:
@@ -62,7 +74,9 @@ def faithful_check(s: Any) -> Check:
     batch = _packed(s)
     result = check_faithful(_model(s), *batch, alone_fn=getattr(s, "alone", None), sample=s.settings.sample,
                             seed=s.settings.seed)
-    return _verdict("faithful", result, "documents are not computed as if alone")
+    boundaries = getattr(s, "verdicts", {}).get("isolation[boundaries]")
+    return _verdict("faithful", result, "documents are not computed as if alone", s, "faithful",
+                    tokens_leak=_known_leak(s), boundaries_moved=None if boundaries is None else not boundaries)
 
 
 def gradients_check(s: Any) -> Check:
@@ -70,4 +84,10 @@ def gradients_check(s: Any) -> Check:
 
     batch = _packed(s)
     result = check_gradient_isolation(_model(s), *batch, sample=s.settings.sample, seed=s.settings.seed)
-    return _verdict("isolation[gradients]", result, "gradients cross documents")
+    return _verdict("isolation[gradients]", result, "gradients cross documents", s, "gradients")
+
+
+def _known_leak(s: Any) -> bool | None:
+    """Whether changing tokens leaked, when the isolation check already ran on this subject."""
+    passed = getattr(s, "verdicts", {}).get("isolation")
+    return None if passed is None else not passed

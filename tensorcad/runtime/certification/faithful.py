@@ -21,7 +21,8 @@ import torch
 
 from tensorcad.errors import TensorcadError
 
-from .isolation import _check_inputs, _outputs, pick, segments
+from .isolation import _check_inputs, pick, segments
+from .model_calls import run_model, same_positions
 
 # The largest difference two float computations of one thing may show, by dtype:
 # float32 rounding over a few layers of a small model stays well under 1e-5.
@@ -94,6 +95,24 @@ def largest_difference(got: torch.Tensor, want: torch.Tensor) -> tuple[float, in
     return float(diff[position]), position
 
 
+def alone_outputs(alone_fn: Callable[..., Any], ids: torch.Tensor, documents: torch.Tensor,
+                  positions: torch.Tensor | None, piece: tuple[int, int, int, int], who: str) -> torch.Tensor:
+    """One document piece run by itself: its ids as a one-document row, document id 0 throughout,
+    positions 0..L-1 (None when the packed batch passed none, so the model counts its own); (L, ...) out."""
+    row, document, first, end = piece
+    length = end - first
+    alone_ids = ids[row:row + 1, first:end]
+    alone_docs = torch.zeros_like(alone_ids, dtype=documents.dtype)
+    alone_pos = None if positions is None else torch.arange(length, dtype=positions.dtype,
+                                                            device=positions.device)[None]
+    alone = run_model(alone_fn, (alone_ids, alone_docs, alone_pos),
+                      f"{who} (document {document} of row {row} run alone)")
+    if alone.shape[:2] != (1, length):
+        raise TensorcadError(who, f"outputs shaped {tuple(alone.shape)} for a document of {length} tokens "
+                                  f"(expected (1, {length}, ...))")
+    return alone[0]
+
+
 def check_faithful(
     model_fn: Callable[..., Any],
     ids: torch.Tensor,
@@ -105,36 +124,27 @@ def check_faithful(
     sample: int | None = None,
     seed: int = 0,
 ) -> FaithfulResult:
-    """Run each document alone (``alone_fn``, default ``model_fn``) and compare it with the packed row.
-
-    A document alone is a one-document row: its ids, document id 0 throughout, and
-    positions 0..L-1 (None when the packed batch passed none, so the model counts its own).
-    """
+    """Run each document alone (``alone_fn``, default ``model_fn`` itself) and compare it with the packed row,
+    position by position, whatever each position's output is (logits, log-probabilities, a hidden state)."""
     _check_inputs(ids, documents, positions, vocab=2)
+    who = "alone_fn" if alone_fn is not None else "model_fn"
     alone_fn = alone_fn or model_fn
     pieces = segments(documents)
     chosen = pick(len(pieces), sample, seed)
     differences: list[Difference] = []
     largest = 0.0
     with torch.no_grad():
-        packed = _outputs(model_fn(ids, documents, positions))
+        packed = run_model(model_fn, (ids, documents, positions))
         if packed.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(packed.shape)} do not start with "
                                              f"(B, T) = {tuple(ids.shape)}")
         tolerance = default_tolerance(packed.dtype) if atol is None else float(atol)
         for index in chosen:
             row, document, first, end = pieces[index]
-            length = end - first
-            alone_ids = ids[row:row + 1, first:end]
-            alone_docs = torch.zeros_like(alone_ids, dtype=documents.dtype)
-            alone_pos = None if positions is None else torch.arange(length, dtype=positions.dtype,
-                                                                    device=positions.device)[None]
-            alone = _outputs(alone_fn(alone_ids, alone_docs, alone_pos))
-            if alone.shape[:2] != (1, length):
-                raise TensorcadError("alone_fn", f"outputs shaped {tuple(alone.shape)} for a document of "
-                                                 f"{length} tokens")
-            diff, position = largest_difference(packed[row, first:end], alone[0])
+            alone = alone_outputs(alone_fn, ids, documents, positions, pieces[index], who)
+            same_positions(alone, packed[row, first:end], who)
+            diff, position = largest_difference(packed[row, first:end], alone)
             largest = max(largest, diff)
             if not diff <= tolerance:
-                differences.append(Difference(row, document, first, length, position, diff))
+                differences.append(Difference(row, document, first, end - first, position, diff))
     return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest)

@@ -28,7 +28,8 @@ from torch import nn
 
 from tensorcad.errors import TensorcadError
 
-from .isolation import _check_inputs, _outputs, pick, segments
+from .isolation import _check_inputs, pick, segments
+from .model_calls import run_model
 
 
 @dataclass(frozen=True)
@@ -131,14 +132,19 @@ class _EmbeddingLeaf:
         def hook(module, args, output):
             if self.leaf is not None or not isinstance(output, torch.Tensor):
                 return None
-            if not self.explicit and not (args and isinstance(args[0], torch.Tensor)
-                                          and args[0].shape == self.ids.shape and torch.equal(args[0], self.ids)):
+            if not self.explicit and not (args and self.reads_ids(args[0])):
                 return None  # an embedding of something else (learned positions)
             self.leaf = output.detach().requires_grad_(True)
             self.name = name or type(module).__name__
             return self.leaf
 
         return hook
+
+    def reads_ids(self, tensor: Any) -> bool:
+        """Whether an embedding's input is the batch's ids: as they are, or flattened to one row (varlen
+        attention takes the batch as one row of documents; position i of it is row i // T, column i % T)."""
+        return (isinstance(tensor, torch.Tensor) and tuple(tensor.shape) in (tuple(self.ids.shape), (1, self.ids.numel()))
+                and torch.equal(tensor.reshape(self.ids.shape), self.ids))
 
     def remove(self) -> None:
         for handle in self.handles:
@@ -176,7 +182,7 @@ def check_gradient_isolation(
     still: list[tuple[int, int]] = []
     try:
         with torch.enable_grad():
-            out = _outputs(model_fn(ids, documents, positions))
+            out = run_model(model_fn, (ids, documents, positions))
             if leaf.leaf is None:
                 raise TensorcadError("embedding", "no embedding module read the ids in the forward pass: pass "
                                                   "embedding= the module whose output is the input embeddings")

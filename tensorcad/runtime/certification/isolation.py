@@ -28,6 +28,8 @@ import torch
 
 from tensorcad.errors import TensorcadError
 
+from .model_calls import run_model
+
 
 @dataclass(frozen=True)
 class Leak:
@@ -96,17 +98,6 @@ class IsolationResult:
                 "worst": worst.to_json() if worst else None, "message": self.message()}
 
 
-def _outputs(value: Any) -> torch.Tensor:
-    # Hugging Face models return an object holding logits; a tuple's first item is the output.
-    if hasattr(value, "logits"):
-        value = value.logits
-    if isinstance(value, (tuple, list)) and value:
-        value = value[0]
-    if not isinstance(value, torch.Tensor):
-        raise TensorcadError("model_fn", f"expected a tensor of outputs, got {type(value).__name__}")
-    return value
-
-
 def _check_inputs(ids: torch.Tensor, documents: torch.Tensor, positions, vocab: int) -> None:
     for name, t in (("ids", ids), ("documents", documents), ("positions", positions)):
         if t is None and name == "positions":
@@ -168,7 +159,7 @@ def check_isolation(
     own_changes: list[float] = []
     compared = 0
     with torch.no_grad():
-        base = _outputs(model_fn(ids, documents, positions))
+        base = run_model(model_fn, (ids, documents, positions))
         if base.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(base.shape)} do not start with (B, T) = {tuple(ids.shape)}")
         # (B, T, everything else): the width spelt out, as -1 is ambiguous for a batch of no tokens
@@ -180,7 +171,8 @@ def check_isolation(
             # A shift in [1, vocab) makes every token differ from the one it replaces.
             shift = torch.randint(1, vocab, (end - first,), generator=generator).to(ids.device, ids.dtype)
             changed[row, first:end] = (ids[row, first:end] + shift) % vocab
-            out = _outputs(model_fn(changed, documents, positions)).reshape(*ids.shape, width)
+            out = run_model(model_fn, (changed, documents, positions),
+                            f"model_fn (document {document} of row {row} changed)").reshape(*ids.shape, width)
 
             inside = torch.zeros(ids.shape, dtype=torch.bool)
             inside[row, first:end] = True

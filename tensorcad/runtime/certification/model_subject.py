@@ -109,6 +109,7 @@ class ModelSubject:
     alone: Callable[..., Any] | None = None  # how a document runs alone; None: model_fn on one document
     name: str = "model"
     design: Any = None  # none: a user's model has no design
+    verdicts: dict[str, bool] = field(default_factory=dict)  # check -> passed, as they ran (the causes read them)
 
     def model(self, form: str | None = None) -> Any:
         if form is not None and hasattr(self.model_fn, "form"):

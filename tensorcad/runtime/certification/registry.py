@@ -31,6 +31,7 @@ from .certificates import (  # noqa: F401
     tokens_check,
 )
 from .cp_certificate import cp_plan_check
+from .model_calls import ModelRaised
 from .mask_checks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
 from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
 from .verify_checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
@@ -206,6 +207,8 @@ def run_check(subject: Subject, name: str) -> Check:
         check = skipped(name, str(none))
     except AssertionError as failure:
         check = failed(name, str(failure))
+    except ModelRaised as raised:  # the model (or torch's compiler) raised: this check's verdict, one line
+        check = failed(name, str(raised))
     except TensorcadError:
         raise  # bad input (a seq the model cannot hold): one line, not a table of failures
     except Exception as error:  # noqa: BLE001 - a check that crashes has failed

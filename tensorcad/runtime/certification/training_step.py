@@ -37,7 +37,7 @@ from torch import nn
 from tensorcad.errors import TensorcadError
 
 from .gradients import modules_of
-from .isolation import _outputs
+from .model_calls import outputs_of
 from .step_batch import IGNORE_INDEX, StepBatch
 
 # Relative tolerances by dtype. A loss is a mean of cross-entropies each within twice
@@ -96,7 +96,7 @@ class TrainingStep:
         """The packed batch's outputs (B, T, V)."""
         if self.hf:
             return self.model(**self._hf_inputs(batch, labels=False)).logits
-        return _outputs(self.model(batch.ids, batch.documents, batch.positions))
+        return outputs_of(self.model(batch.ids, batch.documents, batch.positions))
 
     def loss_and_logits(self, batch: StepBatch, num_items_in_batch: int | None = None) -> tuple[torch.Tensor, Any]:
         """The packed batch's loss as the loop computes it, and the logits it was computed from.
@@ -123,7 +123,7 @@ class TrainingStep:
             return self.model(input_ids=ids, use_cache=False).logits
         documents = torch.zeros_like(ids)
         positions = torch.arange(ids.shape[1], device=ids.device)[None]
-        return _outputs((self.alone or self.model)(ids, documents, positions))
+        return outputs_of((self.alone or self.model)(ids, documents, positions))
 
     def padded_logits(self, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Documents one a row, right-padded (``real``: True on their tokens), as an unpacked loop runs them."""
@@ -132,7 +132,7 @@ class TrainingStep:
         documents = (~real).long()  # the padding a document of its own: the model keeps it apart
         from tensorcad.packing import positions_of
 
-        return _outputs(self.model(ids, documents, positions_of(documents)))
+        return outputs_of(self.model(ids, documents, positions_of(documents)))
 
     def modules(self) -> list[nn.Module]:
         roots = [self.model] if self.hf else modules_of(self.model)

@@ -77,3 +77,13 @@ def test_bad_params_refused(bad):
 def test_deterministic():
     design = tensorcad.load("llama-3-8b-documents")
     assert scale(design, 500_000).to_dict() == scale(design, 500_000).to_dict()
+
+
+def test_a_partial_rotary_keeps_its_share_of_each_head():
+    # StableLM turns a quarter of each head, Bamba half: the shrunk head turns the same share, an even number
+    raw = tensorcad.load("llama-3-8b").to_dict()
+    stack = next(n for n in raw["nodes"] if n["kind"] == "stack")
+    stack["params"]["block"]["params"]["attention"]["rope"]["rotary_dim"] = 32  # of head_dim 128
+    small = scale(tensorcad.design.resolve(raw), 300_000)
+    rope = next(n.params for n, _ in small.walk() if n.kind == "rope")
+    assert rope["head_dim"] < 128 and rope["rotary_dim"] * 4 == rope["head_dim"]

@@ -75,3 +75,46 @@ def test_a_design_without_documents_skips():
     for name in MODEL_CHECKS:
         check = run_check(subject, name)
         assert check.skipped and "no documents input" in check.message
+
+
+
+def through_the_row():
+    """GPT-2's shape with a document mask, its learned position table read with no positions input: 0..T-1."""
+    return tensorcad.load({
+        "name": "through", "context": 256, "inputs": {"ids": {"role": "tokens"}, "documents": {"role": "documents"}},
+        "nodes": [
+            {"id": "embed", "kind": "embedding", "in": {"x": "ids"}, "params": {"vocab": 64, "dim": 64}},
+            {"id": "pos", "kind": "pos_embedding", "in": {"x": "embed"}, "params": {"context": 256}},
+            {"id": "layers", "kind": "stack", "in": {"x": "pos", "doc": "documents"},
+             "params": {"repeat": 2, "block": {"kind": "transformer_block", "params": {
+                 "dim": 64, "norm": "layernorm", "mlp": {"hidden": 128, "activation": "gelu"},
+                 "attention": {"heads": 4, "head_dim": 16, "causal": True, "mask": "doc(b, q) == doc(b, kv)"}}}}},
+            {"id": "norm", "kind": "layernorm", "in": {"x": "layers"}},
+            {"id": "head", "kind": "linear", "in": {"x": "norm"}, "params": {"out": 64}},
+        ],
+        "output": "head",
+    })
+
+
+@pytest.mark.slow
+def test_a_design_counting_positions_through_the_row_fails_with_that_hint_and_no_other():
+    # `tensorcad certify` and MCP's certify print these checks' messages. Established first, by hand, in the eager
+    # form: the row's last document differs from itself run alone (positions from 0).
+    import torch
+
+    from tensorcad.runtime.certification.causes import POSITIONS
+
+    subject = Subject(through_the_row(), SETTINGS)
+    ids, documents, _ = subject.batch
+    model = subject.model("eager")
+    where = torch.nonzero(documents[0] == documents[0, -1]).flatten()
+    first, end = int(where[0]), int(where[-1]) + 1
+    with torch.no_grad():
+        alone = model(ids[:, first:end], torch.zeros_like(ids[:, first:end]))[0]
+        assert first > 0 and (model(ids, documents)[0, first:end] - alone).abs().max() > 1e-3
+    checks = {name: run_check(subject, name) for name in ("isolation", "isolation[boundaries]", "faithful")}
+    assert checks["isolation"].passed, checks["isolation"].message
+    for name in ("isolation[boundaries]", "faithful"):
+        message = checks[name].message
+        assert not checks[name].passed and message.splitlines()[-1] == POSITIONS, (name, message)
+        assert not any(hint in message for hint in ("use_cache", "all-ones", "never restart", "encoder")), message
