@@ -27,7 +27,8 @@ from .commands import (
     cmd_validate,
 )
 from .operating_point import add_operating_point
-from .options import EXIT_BAD_INPUT, add_certify_options, filename, integer
+from .options import add_model_options
+from .options import EXIT_BAD_INPUT, add_certify_options, add_import_options, filename, integer
 from .views import add_view_commands
 
 
@@ -56,7 +57,11 @@ def _checks_epilog(command: str) -> str:
     names = VERIFY if command == "verify" else tuple(n for n in CERTIFY if n not in GOLDENS)
     lines = ["checks, in order:"] + [f"  {n:<19} {REGISTRY[n].holds}" for n in names]
     if command == "certify":
+        from tensorcad.runtime.certification.registry import MODEL_CHECKS
+
         lines.append("  goldens (golden[analysis|rules|codegen]) run under pytest --tensorcad only")
+        lines.append("on a Hugging Face model directory (or --model), the model certificates:")
+        lines += [f"  {n:<21} {REGISTRY[n].holds}" for n in MODEL_CHECKS]
     return "\n".join(lines)
 
 
@@ -104,12 +109,14 @@ def parser() -> argparse.ArgumentParser:
     p = command("analyze", "Params, FLOPs per token, attention, training time and cost, serving.", cmd_analyze)
     p.add_argument("design")
     add_operating_point(p)
+    add_import_options(p)
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--out", metavar="FILE", type=filename, help="write the JSON report to FILE")
 
     p = command("rules", "Lint a design at an operating point; exit 1 on an error.", cmd_rules)
     p.add_argument("design")
     add_operating_point(p)
+    add_import_options(p)
     p.add_argument("--json", action="store_true", help="print diagnostics as JSON")
 
     p = command("codegen", "Write the design's PyTorch module (needs only torch).", cmd_codegen)
@@ -137,11 +144,13 @@ def parser() -> argparse.ArgumentParser:
     add_certify_options(p)
     p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
 
-    p = command("certify", "Run the checks `pytest --tensorcad` runs on designs, without pytest; exit 1 "
-                "on a failure.", _runtime_command("certify"), epilog=_checks_epilog("certify"),
-                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("designs", nargs="+", metavar="DESIGN")
+    p = command("certify", "Run the checks `pytest --tensorcad` runs, without pytest: a design's checks on a "
+                "design; on a Hugging Face model directory the model certificates, on transformers' model with "
+                "its own weights; exit 1 on a failure.", _runtime_command("certify"),
+                epilog=_checks_epilog("certify"), formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("designs", nargs="*", metavar="DESIGN_OR_MODEL_DIR")
     add_certify_options(p)
+    add_model_options(p)
     p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
 
     p = command("smoke-train", "Train the scaled model a few hundred steps and report a falling loss.",

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import TensorcadError
+from ..errors import TensorcadError, shown
 from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
 from .config import Disposition, Reader, looks_like_config, read_config
 from .diagnosis import diagnose, diagnose_failure, mixer_hints, reachable_hf_models
@@ -73,13 +73,18 @@ def import_hf(source: str | Path, *, documents: bool = False, positions: bool = 
     return design_from_config(config, documents=documents, positions=positions, name=name, where=where)
 
 
-def load_design(source):
+def load_design(source, *, documents: bool = False, positions: bool = False):
     """`tensorcad.load`, but a Hugging Face config.json or model directory is imported first.
 
     What the CLI calls wherever it takes a DESIGN, so `analyze`, `rules`, `codegen` and
-    `certify` read a model someone already has."""
+    `certify` read a model someone already has; ``documents`` and ``positions`` are
+    `import_hf`'s (the CLI's ``--documents``, ``--positions``), for a config only."""
     from ..design import load
 
     if isinstance(source, (str, Path)) and looks_like_config(source):
-        return load(import_hf(source))
+        return load(import_hf(source, documents=documents, positions=positions))
+    if documents or positions:
+        flag = "--documents" if documents else "--positions"
+        raise TensorcadError(flag, f"imports a Hugging Face config with that input; {shown(str(source))} is not "
+                                   "a config.json or model directory (a design's inputs are its own)")
     return load(source)
