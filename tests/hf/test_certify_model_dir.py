@@ -1,0 +1,116 @@
+"""`tensorcad certify MODEL_DIR`: the model certificates on transformers' model with the user's own weights.
+
+Each directory is a tiny random model saved with ``save_pretrained``; each expected
+verdict is established here first by running the same saved model's documents
+alone with transformers (``alone_gaps``), never by the code under test.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import transformers
+from hf_setups import LENGTHS, WINDOW, alone_gaps, block_diagonal, collated, tiny_config
+
+from tensorcad.cli import main
+
+SMALL = ["--seq", "64", "--pack", "16"]  # 2 rows of 64 tokens: every certificate in a few seconds
+
+
+def saved(tmp_path, family: str, use_cache: bool) -> str:
+    config = tiny_config(family, "sdpa")
+    config.use_cache = use_cache
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / family)
+    return str(tmp_path / family)
+
+
+def reloaded(directory: str):
+    return transformers.AutoModelForCausalLM.from_pretrained(directory, local_files_only=True).eval()
+
+
+def certified(capsys, *argv: str) -> tuple[int, list[dict], str]:
+    code = main(["certify", *argv, "--json"])
+    captured = capsys.readouterr()
+    return code, json.loads(captured.out), captured.err
+
+
+def test_a_saved_llama_passes_every_model_certificate_on_its_own_weights(tmp_path, capsys):
+    directory = saved(tmp_path, "llama", use_cache=False)
+    model = reloaded(directory)
+    ids, documents, positions, _ = collated()
+    # Established first: packed by position_ids, each document equals itself alone.
+    assert max(alone_gaps(model, lambda i, d, p: model(input_ids=i, position_ids=p), ids, documents, positions)) < 1e-5
+    code, [report], _ = certified(capsys, directory, *SMALL)
+    assert code == 0, report
+    assert [(c["name"], c["status"]) for c in report["checks"]] == [
+        ("isolation", "passed"), ("isolation[boundaries]", "passed"), ("faithful", "passed"),
+        ("isolation[gradients]", "passed")]
+    assert report["design"] == "llama"
+    # It ran transformers' own weights: the gradients check names transformers' embedding module.
+    assert report["checks"][3]["figures"]["embedding"] == "model.embed_tokens"
+
+
+def test_the_cache_left_on_in_config_fails_and_says_use_cache_false(tmp_path, capsys):
+    directory = saved(tmp_path, "llama", use_cache=True)
+    model = reloaded(directory)
+    ids, documents, positions, _ = collated()
+    # Established first: the config's cache makes transformers attend across documents.
+    assert max(alone_gaps(model, lambda i, d, p: model(input_ids=i, position_ids=p), ids, documents, positions)) > 1e-3
+    code = main(["certify", directory, *SMALL, "--packing", "position_ids"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "isolation failed: documents are not isolated" in out
+    assert "what to change: LlamaForCausalLM: pass use_cache=False" in out
+    assert "transformers' LlamaForCausalLM, its weights (90,432 parameters), packed by position_ids" in out
+
+
+@pytest.mark.slow
+def test_a_saved_mistral_passes_by_position_ids_and_fails_faithful_under_a_4d_mask(tmp_path, capsys):
+    directory = saved(tmp_path, "mistral", use_cache=False)
+    model = reloaded(directory)
+    ids, documents, positions, _ = collated()
+    assert max(LENGTHS) > WINDOW
+    by_positions = alone_gaps(model, lambda i, d, p: model(input_ids=i, position_ids=p), ids, documents, positions)
+    masked = alone_gaps(model, lambda i, d, p: model(input_ids=i, attention_mask=block_diagonal(d), position_ids=p),
+                        ids, documents, positions)
+    assert max(by_positions) < 1e-5 and max(masked) > 1e-3  # the 4D mask loses the window
+    code, [report], _ = certified(capsys, directory, "--seq", "128", "--pack", "40")
+    assert code == 0 and {c["status"] for c in report["checks"]} == {"passed"}, report
+    code = main(["certify", directory, "--seq", "128", "--pack", "40", "--packing", "mask"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "faithful failed: documents are not computed as if alone" in out
+    assert "isolation failed" not in out  # the mask keeps documents apart; it loses only the window
+    assert f"the {WINDOW}-token sliding window is lost" in out
+
+
+def test_flash_kwargs_under_sdpa_is_one_line(tmp_path, capsys):
+    directory = saved(tmp_path, "llama", use_cache=False)
+    assert main(["certify", directory, "--packing", "flash_kwargs"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tensorcad: --packing: 'flash_kwargs' needs a flash attention implementation") and \
+        err.count("\n") == 1
+
+
+def test_a_config_without_weights_is_certified_with_random_weights_and_says_so(tmp_path, capsys, monkeypatch):
+    import tensorcad.runtime.certification.registry as registry
+
+    monkeypatch.setattr(registry, "MODEL_CHECKS", ("isolation",))  # what is certified, not every certificate
+    config = tiny_config("llama", "sdpa")
+    config.use_cache = False
+    config.save_pretrained(tmp_path / "bare")
+    code = main(["certify", str(tmp_path / "bare"), *SMALL])
+    out = capsys.readouterr().out
+    assert code == 0 and "random weights, seeded (90,432 parameters; the directory holds no weights)" in out
+
+
+def test_documents_certifies_the_imported_design_instead(tmp_path, capsys, monkeypatch):
+    import tensorcad.views.answers as answers
+
+    monkeypatch.setattr(answers, "certify_checks", lambda: ("rules",))  # the design path, not its figures
+    directory = saved(tmp_path, "llama", use_cache=False)
+    code, [report], _ = certified(capsys, directory, "--documents", "--positions", "--seq", "64")
+    assert code == 0 and [c["name"] for c in report["checks"]] == ["rules"]
