@@ -79,12 +79,21 @@ def _forms(text: str) -> tuple[str, ...]:
     return forms
 
 
+def _number(text: str, kind: type, words: str):
+    import argparse
+
+    try:
+        return kind(text)
+    except ValueError:  # argparse would say "invalid _pack value", naming this function
+        raise argparse.ArgumentTypeError(f"expected a number or {words}, got {text!r}") from None
+
+
 def _pack(text: str) -> float | None:
-    return None if text.lower() in ("none", "off", "0") else float(text)
+    return None if text.lower() in ("none", "off", "0") else _number(text, float, "'off'")
 
 
 def _sample(text: str) -> int | None:
-    return None if text.lower() in ("none", "all") else int(text)
+    return None if text.lower() in ("none", "all") else _number(text, int, "'all'")
 
 
 def add_options(parser) -> None:
