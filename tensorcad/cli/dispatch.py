@@ -126,8 +126,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print {name, scale, source} as JSON")
     add_view_commands(command)
 
+    from tensorcad.hf import SUPPORTED  # no torch: the families the import knows, named once
+
     p = command("import-hf", "Write the design of a Hugging Face config.json or local model directory "
-                "(Llama, Mistral, Qwen2, Qwen3, Phi-3, GPT-2); what it cannot say is refused, naming the field.",
+                f"(model_type {', '.join(SUPPORTED)}); what it cannot say is refused, naming the field.",
                 cmd_import_hf)
     p.add_argument("config", metavar="CONFIG_OR_DIR", help="a config.json, or a directory holding one (never the hub)")
     p.add_argument("--documents", action="store_true",

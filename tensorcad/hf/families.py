@@ -35,7 +35,8 @@ def _rope(r: Reader) -> float:
     if rp is not None:
         if not isinstance(rp, dict):
             r.refuse("rope_parameters", f"expected an object, got {type(rp).__name__}")
-        for key, value in rp.items():
+        # rope_type first: a saved config sorts its keys, and "factor" alone says less than "llama3" does.
+        for key, value in sorted(rp.items(), key=lambda item: item[0] != "rope_type"):
             where = f"rope_parameters.{key}"
             if key == "rope_theta":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1e12:
@@ -51,7 +52,9 @@ def _rope(r: Reader) -> float:
                 r.refuse(where, f"{key!r} belongs to a rope scaling the design language cannot say")
     scaling = r.map("rope_scaling", f"{_ATTN}.rope (older files' name for rope_parameters' scaling)")
     if scaling is not None and not (isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"):
-        r.refuse("rope_scaling", f"{scaling!r} is not in the design language (only plain rotary)")
+        kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
+        r.refuse("rope_scaling", f"{kind!r} rope scaling is not in the design language (only 'default' rotary)"
+                 if isinstance(kind, str) else f"{scaling!r} is not in the design language (only plain rotary)")
     if r.has("rope_theta"):
         theta = r.float("rope_theta", f"{_ATTN}.rope.theta")
     if theta is None:

@@ -259,3 +259,37 @@ def test_llama_3_1_rope_scaling_is_refused_naming_it():
         "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
         "original_max_position_embeddings": 8192, "rope_type": "llama3"}}
     assert _refused(config).startswith("rope_scaling: ")
+
+
+def test_llama_3_1s_saved_config_is_refused_naming_llama3_not_factor(tmp_path):
+    # Before: "rope_parameters.factor: 'factor' belongs to a rope scaling ...": a saved config sorts its keys.
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, rope_parameters={
+                                          "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                          "original_max_position_embeddings": 8192})
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())["rope_parameters"]
+    assert list(saved)[0] != "rope_type"  # the order that named 'factor' first
+    with pytest.raises(TensorcadError) as e:
+        import_hf(tmp_path)
+    assert str(e.value).endswith("config.json: rope_parameters.rope_type: 'llama3' rope scaling is not in the "
+                                 "design language (only 'default' rotary)")
+    older = {**{k: v for k, v in saved.items() if k != "rope_theta"}}
+    assert _refused({**config.to_dict(), "rope_parameters": None, "rope_theta": 5e5, "rope_scaling": older}) == (
+        "rope_scaling: 'llama3' rope scaling is not in the design language (only 'default' rotary)")
+
+
+def test_the_supported_families_are_the_same_list_in_the_docs_the_help_and_the_refusal(capsys):
+    from pathlib import Path
+
+    from tensorcad.cli import main
+    from tensorcad.hf import SUPPORTED
+
+    assert "gemma2" in SUPPORTED
+    docs = (Path(__file__).parents[2] / "docs" / "huggingface.md").read_text()
+    assert f"(supported: {', '.join(SUPPORTED)})" in docs
+    assert all(f"| `{family}` |" in docs for family in SUPPORTED)
+    with pytest.raises(SystemExit):
+        main(["import-hf", "--help"])
+    assert f"model_type {', '.join(SUPPORTED)}" in " ".join(capsys.readouterr().out.split())
