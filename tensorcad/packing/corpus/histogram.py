@@ -42,6 +42,12 @@ class Lengths:
     counts: tuple[int, ...]
     source: str = field(default="", compare=False)
 
+    def __repr__(self) -> str:
+        # A corpus holds thousands of lengths: printed, it is its summary, not every number.
+        where = f", source={self.source!r}" if self.source else ""
+        return (f"Lengths({self.documents:,} documents, mean {self.mean:,.1f}, spread {self.spread:.3f}, "
+                f"lengths {self.values[0]:,}..{self.values[-1]:,}{where})")
+
     def __post_init__(self) -> None:
         values = tuple(int(v) for v in self.values)
         counts = tuple(int(c) for c in self.counts)
