@@ -186,6 +186,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     text = json.dumps(design, indent=2) + "\n"
     if args.output:
         write_output(args.output, text, "--output")
+        print(f"{args.output}: {design['name']}, imported from {args.config}; next: tensorcad analyze {args.output}")
     else:
         sys.stdout.write(text)
     return 0
@@ -215,6 +216,9 @@ def cmd_editor(args: argparse.Namespace) -> int:
 def cmd_lengths(args: argparse.Namespace) -> int:
     from tensorcad.packing.corpus.histogram import write_histogram
     from tensorcad.packing.corpus.reading import plot
+
+    if args.out and Path(args.out).exists() and not args.force:
+        raise TensorcadError("--out", f"{shown(args.out)} exists; pass --force to replace it, or -o another file")
     from tensorcad.views.answers import lengths_summary
 
     counted = _merged(args) if args.merge else _counted(args)

@@ -10,6 +10,7 @@ import argparse
 import math
 import re
 import sys
+from pathlib import Path
 
 from tensorcad.errors import shown
 
@@ -83,8 +84,17 @@ def design_option(args: argparse.Namespace, source: str):
     which packing the figures assume, and how to ask for the other."""
     from tensorcad.hf import load_design, looks_like_config
 
+    from tensorcad.errors import TensorcadError, one_line
+
     documents, positions = getattr(args, "documents", False), getattr(args, "positions", False)
-    design = load_design(source, documents=documents, positions=positions)
+    try:
+        design = load_design(source, documents=documents, positions=positions)
+    except TensorcadError as error:
+        # A design file's error names the file, as validate's does (a preset's or a config's already does).
+        if not Path(source).is_file() or str(error).startswith(source) or error.path.startswith("--"):
+            raise
+        raise TensorcadError(f"{one_line(source)}: {error.path}" if error.path else one_line(source),
+                             error.message) from None
     packed = getattr(args, "pack", None) is not None or getattr(args, "pack_lengths", None) is not None
     if packed and not documents and looks_like_config(source):
         sys.stderr.write(f"tensorcad: note: {source} imported without --documents: packed documents see each "

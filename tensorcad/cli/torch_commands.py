@@ -253,6 +253,9 @@ def smoke_train(args: argparse.Namespace) -> int:
     from tensorcad.runtime.training.smoke import smoke_train as run_training
 
     design = load(args.design)
+    for option in ("rows", "seq"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            raise TensorcadError(f"--{option}", f"expected an integer >= 1, got {getattr(args, option)}")
     if getattr(args, "corpus", None) is not None:
         from tensorcad.runtime.training.corpus import train_on_corpus
 
@@ -264,7 +267,8 @@ def smoke_train(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = _with_progress(args.json, args.steps, lambda progress: run_training(
-            design, steps=args.steps, params=args.params, seed=args.seed, progress=progress))
+            design, steps=args.steps, params=args.params, seed=args.seed, rows=args.rows, seq=args.seq,
+            progress=progress))
     if args.json:
         _print_json(result.to_json())
     else:

@@ -70,6 +70,13 @@ def import_hf(source: str | Path, *, documents: bool = False, positions: bool = 
     if name is None:
         folder = Path(where).parent.name
         name = folder if folder and folder not in (".", "..") else None
+        if name is None:
+            origin = config.get("_name_or_path") if isinstance(config, dict) else None
+            origin = Path(origin).name if isinstance(origin, str) and origin.strip("/") else None
+            name = origin or (config.get("model_type") if isinstance(config, dict) else None)
+        # Two imports of one config are two designs: their goldens and caches must not share a name.
+        if isinstance(name, str):
+            name += ("-documents" if documents else "") + ("-positions" if positions else "")
     return design_from_config(config, documents=documents, positions=positions, name=name, where=where)
 
 
