@@ -74,3 +74,87 @@ def test_documents_on_a_design_file_is_refused_in_one_line(capsys):
 def test_walkthrough_takes_documents_too(model_dir, capsys):
     code, out, _ = run(capsys, "walkthrough", model_dir, "--pack", "64", "--documents", "--json")
     assert code == 0 and "doc(b, q) == doc(b, kv)" in out
+
+
+# 10. smoke-train: no help on --steps/--params/--seed, no expected time, rows fixed at 16 x 128.
+
+def test_smoke_train_help_says_each_option_and_the_time(capsys):
+    with pytest.raises(SystemExit):
+        main(["smoke-train", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("--steps STEPS AdamW steps (default 300)", "--params PARAMS scale the design to about",
+                 "--seed SEED seed of the weights", "--rows ROWS rows a step (default 16)",
+                 "--seq SEQ tokens a row (default 128", "the defaults took 348-755 s on 2 shared cores"):
+        assert text in out, text
+
+
+@pytest.mark.slow
+def test_smoke_train_takes_rows_and_seq(capsys):
+    pytest.importorskip("torch")
+    assert main(["smoke-train", "nano-sort", "--steps", "2", "--params", "100000", "--rows", "3", "--seq", "48",
+                 "--json"]) in (0, 1)  # two steps need not lower the loss: the shape is the question
+    out = json.loads(capsys.readouterr().out)
+    assert (out["rows"], out["seq"]) == (3, 48)
+    assert main(["smoke-train", "nano-sort", "--rows", "0"]) == 2
+    assert capsys.readouterr().err == "tensorcad: --rows: expected an integer >= 1, got 0\n"
+
+
+def test_smoke_trains_corpus_tokens_are_the_bytes_lengths_counts_by_bytes(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from tensorcad.runtime.training.corpus import CorpusResult, tokenize
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in ("héllo world", "two words here", "x")))
+    assert main(["lengths", str(corpus), "--by", "bytes", "--json", "-o", ""]) == 0
+    counted = json.loads(capsys.readouterr().out)["tokens"]
+    assert counted == len("héllo world".encode()) + len("two words here") + 1 == len(tokenize(corpus).ids)
+    result = CorpusResult("d", str(corpus), "stream", 1, 1, 1, 8, 3, counted, 0.0, (1.0, 0.5), 0.0, 1.0, 2, 1.0)
+    assert f"3 documents, {counted:,} tokens (UTF-8 bytes; tensorcad lengths --by bytes counts the same)" in \
+        result.summary()
+
+
+# 11. Small frictions of import-hf, lengths, --pack-lengths, rules and --hardware.
+
+def test_import_hf_documents_names_its_design_apart_and_o_says_what_it_wrote(model_dir, tmp_path, capsys):
+    plain, documents = tmp_path / "tiny-llama.json", tmp_path / "tiny-llama-documents.json"
+    assert main(["import-hf", model_dir, "-o", str(plain)]) == 0
+    assert capsys.readouterr().out == (f"{plain}: tiny-llama, imported from {model_dir}; "
+                                       f"next: tensorcad analyze {plain}\n")
+    assert main(["import-hf", model_dir, "--documents", "--positions", "-o", str(documents)]) == 0
+    capsys.readouterr()
+    names = [json.loads(p.read_text())["name"] for p in (plain, documents)]
+    assert names == ["tiny-llama", "tiny-llama-documents-positions"]  # two goldens, not one name twice
+
+
+def test_lengths_refuses_to_overwrite_without_force(tmp_path, capsys):
+    corpus, out = tmp_path / "c.jsonl", tmp_path / "lengths.json"
+    corpus.write_text('{"text": "a b c"}\n')
+    out.write_text('{"7": 1}')
+    assert main(["lengths", str(corpus), "-o", str(out), "--no-plot"]) == 2
+    assert capsys.readouterr().err == f"tensorcad: --out: '{out}' exists; pass --force to replace it, or -o another file\n"
+    assert out.read_text() == '{"7": 1}'  # nothing lost
+    assert main(["lengths", str(corpus), "-o", str(out), "--no-plot", "--force"]) == 0
+    assert json.loads(out.read_text()) == {"3": 1}
+
+
+def test_pack_lengths_given_a_corpus_points_to_tensorcad_lengths(tmp_path, capsys):
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text('{"text": "a b c"}\n')
+    assert main(["analyze", "nano-sort", "--pack-lengths", str(corpus)]) == 2
+    assert capsys.readouterr().err == (f"tensorcad: {corpus}: is a corpus (JSON lines of text), not a file of "
+                                       f"lengths; count a corpus's lengths first: tensorcad lengths {corpus} "
+                                       "(then --pack-lengths lengths.json)\n")
+
+
+def test_rules_names_the_file_of_a_bad_design_as_validate_does(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"name": "x"}')
+    for command in ("validate", "rules", "analyze"):
+        assert main([command, str(bad)]) == 2
+        assert capsys.readouterr().err == (f"tensorcad: {bad}: inputs: missing (a design needs name, inputs, "
+                                           "nodes and output)\n"), command
+
+
+def test_hardware_names_are_not_case_sensitive(capsys):
+    assert main(["analyze", "nano-sort", "--hardware", "h100", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["operatingPoint"]["hardware"] == "H100"

@@ -178,7 +178,7 @@ class CorpusResult:
     probe_own: float  # largest |gradient| on its own (so the probe could have seen a leak)
     probe_documents: int
     seconds: float
-    unit: str = "UTF-8 bytes"  # what a token is: bytes without a tokenizer
+    unit: str = "UTF-8 bytes; tensorcad lengths --by bytes counts the same"  # what a token is, without a tokenizer
 
     @property
     def initial_loss(self) -> float:
@@ -265,8 +265,7 @@ def train_on_corpus(design: Design | str, corpus: str | Path, *, tokenizer: str 
     return CorpusResult(small.name, str(corpus), strategy, sum(p.numel() for p in model.parameters()), steps,
                         rows, seq, len(tokens.lengths), int(len(tokens.ids)), float(1 - real), tuple(losses),
                         cross, own, count, time.perf_counter() - start,
-                        "the tokenizer's" if tokenizer is not None else "UTF-8 bytes; tensorcad lengths --by bytes "
-                                                                         "counts the same")
+                        *(("the tokenizer's",) if tokenizer is not None else ()))
 
 
 def gradient_probe(model, tensors: dict[str, torch.Tensor], scored: torch.Tensor) -> tuple[float, float, int]:
