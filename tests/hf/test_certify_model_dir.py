@@ -114,3 +114,46 @@ def test_documents_certifies_the_imported_design_instead(tmp_path, capsys, monke
     directory = saved(tmp_path, "llama", use_cache=False)
     code, [report], _ = certified(capsys, directory, "--documents", "--positions", "--seq", "64")
     assert code == 0 and [c["name"] for c in report["checks"]] == ["rules"]
+
+
+MODULE = '''
+import torch
+import torch.nn as nn
+
+
+class Mean(nn.Module):
+    vocab = 32
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.out = nn.Embedding(32, 8), nn.Linear(8, 32)
+
+    def forward(self, ids, documents, positions=None):
+        x = self.embed(ids)
+        return self.out(x + x.mean(dim=1, keepdim=True))  # every position reads the whole row
+
+
+def mean():
+    return Mean()
+'''
+
+
+def test_model_certifies_what_a_factory_makes(tmp_path, capsys, monkeypatch):
+    (tmp_path / "my_factories.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_factories
+
+    model = my_factories.mean()
+    ids = torch.randint(0, 32, (1, 8))
+    documents = torch.tensor([[0, 0, 0, 0, 1, 1, 1, 1]])
+    changed = ids.clone()
+    changed[0, 0] = (ids[0, 0] + 1) % 32
+    with torch.no_grad():  # established first: changing document 0 moves document 1
+        assert (model(changed, documents)[0, 4:] - model(ids, documents)[0, 4:]).abs().max() > 0
+    code, [report], _ = certified(capsys, "--model", "my_factories:mean", *SMALL)
+    assert code == 1 and report["design"] == "my_factories:mean"
+    assert report["checks"][0]["name"] == "isolation" and report["checks"][0]["status"] == "failed"
+    assert main(["certify"]) == 2
+    assert capsys.readouterr().err == ("tensorcad: certify: name a design, a model directory or "
+                                       "--model pkg.module:factory\n")
