@@ -186,7 +186,7 @@ def certify(args: argparse.Namespace) -> int:
     console = _console()
     from rich.markup import escape
 
-    for (subject, checks), index in zip(results, range(len(results))):
+    for index, (subject, checks) in enumerate(results):
         model = index >= len(subjects)
         if model:
             title = _model_title(pretrained[index - len(subjects)])
@@ -208,25 +208,12 @@ def certify(args: argparse.Namespace) -> int:
 def _model_subject(name: str, settings, args: argparse.Namespace, factory: bool = False):
     """A model directory or ``pkg.module:factory`` as the model certificates' subject."""
     from tensorcad.runtime.certification.model_subject import import_factory
-    from tensorcad.runtime.certification.pretrained import Pretrained, pretrained_subject, trained_model_fn
+    from tensorcad.runtime.certification.pretrained import factory_subject, pretrained_subject
 
     collator = import_factory(args.collator, "--collator")() if args.collator else None
-    if not factory:
-        return pretrained_subject(name, settings, packing=args.packing, replica=args.replica, collator=collator)
-    from tensorcad.hf import adapt, is_hf_model
-    from tensorcad.runtime.certification.model_subject import ModelSubject
-
-    made = import_factory(name, "--model")()
-    if not is_hf_model(made):
-        subject = ModelSubject(adapt(made), settings.for_design(None), collator=collator, name=name)
-        return Pretrained(made, subject, "what the factory made", "its own")
-
-    def alone(ids, documents, positions):
-        return made(input_ids=ids, use_cache=False).logits
-
-    subject = ModelSubject(trained_model_fn(made.eval(), args.packing), settings.for_design(None),
-                           collator=collator, alone=alone, name=name)
-    return Pretrained(made, subject, "what the factory made", args.packing)
+    if factory:
+        return factory_subject(name, settings, packing=args.packing, collator=collator)
+    return pretrained_subject(name, settings, packing=args.packing, replica=args.replica, collator=collator)
 
 
 def _model_title(pretrained) -> str:

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from tensorcad.errors import TensorcadError
-from tensorcad.hf import hf_causal_lm, read_config
+from tensorcad.hf import PACKINGS, hf_causal_lm, read_config
 
 from .model_subject import ModelSubject
 
-PACKINGS = ("position_ids", "mask", "flash_kwargs")
 MAX_PARAMS = 200_000_000  # past this a CPU run of every certificate takes too long: a replica is certified
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
@@ -147,12 +146,33 @@ def pretrained_subject(source: str | Path, settings: Any, *, packing: str = "pos
         raise TensorcadError("--seq", f"{seq} is more than the {context:,} positions the model holds")
     from dataclasses import replace
 
+    subject = ModelSubject(model_fn, replace(settings, seq=seq), collator=collator, alone=_plain_call(model),
+                           name=Path(source).name)
+    return Pretrained(model, subject, weights, packing)
+
+
+def factory_subject(name: str, settings: Any, *, packing: str = "position_ids", collator: Any = None) -> Pretrained:
+    """What ``"pkg.module:factory"`` makes as the subject: a transformers model called as ``packing`` says,
+    anything else as the ``model_fn(ids, documents, positions)`` it is (``tensorcad.hf.adapt``)."""
+    from tensorcad.hf import adapt, is_hf_model
+
+    from .model_subject import import_factory
+
+    made = import_factory(name, "--model")()
+    settings = settings.for_design(None)
+    if not is_hf_model(made):
+        return Pretrained(made, ModelSubject(adapt(made), settings, collator=collator, name=name),
+                          "what the factory made", "its own")
+    subject = ModelSubject(trained_model_fn(made.eval(), packing), settings, collator=collator,
+                           alone=_plain_call(made), name=name)
+    return Pretrained(made, subject, "what the factory made", packing)
+
+
+def _plain_call(model: Any):
     def alone(ids, documents, positions):  # a document by itself is the model's own plain call
         return model(input_ids=ids, use_cache=False).logits
 
-    subject = ModelSubject(model_fn, replace(settings, seq=seq), collator=collator, alone=alone,
-                           name=Path(source).name)
-    return Pretrained(model, subject, weights, packing)
+    return alone
 
 
 def hints(pretrained: Pretrained) -> list[str]:
@@ -160,7 +180,7 @@ def hints(pretrained: Pretrained) -> list[str]:
     from tensorcad.hf import diagnose_failure
 
     lines = diagnose_failure(pretrained.subject.model_fn, *pretrained.subject.batch)
-    window = getattr(pretrained.model.config, "sliding_window", None)
+    window = getattr(getattr(pretrained.model, "config", None), "sliding_window", None)
     if pretrained.packing == "mask" and isinstance(window, int):
         lines.append(f"a 4D attention_mask replaces the mask transformers builds, so the {window}-token sliding "
                      "window is lost: add it to your mask (harness.hf_causal_lm(model, packing='mask') does), or "
