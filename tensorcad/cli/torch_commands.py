@@ -207,10 +207,9 @@ def certify(args: argparse.Namespace) -> int:
 
 def _model_subject(name: str, settings, args: argparse.Namespace, factory: bool = False):
     """A model directory or ``pkg.module:factory`` as the model certificates' subject."""
-    from tensorcad.runtime.certification.model_subject import import_factory
-    from tensorcad.runtime.certification.pretrained import factory_subject, pretrained_subject
+    from tensorcad.runtime.certification.pretrained import factory_subject, made_by, pretrained_subject
 
-    collator = import_factory(args.collator, "--collator")() if args.collator else None
+    collator = made_by(args.collator, "--collator") if args.collator else None
     if factory:
         return factory_subject(name, settings, packing=args.packing, collator=collator)
     return pretrained_subject(name, settings, packing=args.packing, replica=args.replica, collator=collator)

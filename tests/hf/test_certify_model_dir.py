@@ -157,3 +157,12 @@ def test_model_certifies_what_a_factory_makes(tmp_path, capsys, monkeypatch):
     assert main(["certify"]) == 2
     assert capsys.readouterr().err == ("tensorcad: certify: name a design, a model directory or "
                                        "--model pkg.module:factory\n")
+
+
+def test_a_factory_that_raises_is_one_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "my_broken.py").write_text("def model():\n    raise ValueError('no checkpoint')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["certify", "--model", "my_broken:model"]) == 2
+    assert capsys.readouterr().err == "tensorcad: --model: my_broken:model() raised ValueError: no checkpoint\n"
+    assert main(["certify", "--model", "my_broken:nothing"]) == 2
+    assert capsys.readouterr().err == "tensorcad: --model: 'my_broken' has no 'nothing'\n"

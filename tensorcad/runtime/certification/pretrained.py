@@ -156,9 +156,7 @@ def factory_subject(name: str, settings: Any, *, packing: str = "position_ids", 
     anything else as the ``model_fn(ids, documents, positions)`` it is (``tensorcad.hf.adapt``)."""
     from tensorcad.hf import adapt, is_hf_model
 
-    from .model_subject import import_factory
-
-    made = import_factory(name, "--model")()
+    made = made_by(name, "--model")
     settings = settings.for_design(None)
     if not is_hf_model(made):
         return Pretrained(made, ModelSubject(adapt(made), settings, collator=collator, name=name),
@@ -166,6 +164,17 @@ def factory_subject(name: str, settings: Any, *, packing: str = "position_ids", 
     subject = ModelSubject(trained_model_fn(made.eval(), packing), settings, collator=collator,
                            alone=_plain_call(made), name=name)
     return Pretrained(made, subject, "what the factory made", packing)
+
+
+def made_by(name: str, option: str) -> Any:
+    """What the factory ``"pkg.module:factory"`` returns; its failure is one line naming the option."""
+    from .model_subject import import_factory
+
+    factory = import_factory(name, option)
+    try:
+        return factory()
+    except Exception as error:  # noqa: BLE001 - the user's code: one line, not a traceback
+        raise TensorcadError(option, f"{name}() raised {type(error).__name__}: {error}") from None
 
 
 def _plain_call(model: Any):
