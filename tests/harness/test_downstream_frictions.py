@@ -61,8 +61,8 @@ def test_a_certificate_failing_through_the_fixture_shows_the_users_line_not_the_
         def test_certified(tensorcad_certificate):
             tensorcad_certificate()
     """)
-    result = project.runpytest("-p", "no:cacheprovider", "--no-tensorcad-subprocess", "-k", "test_certified and "
-                               "not boundaries and not faithful and not gradients")
+    result = project.runpytest("-p", "no:cacheprovider", "--no-tensorcad-subprocess",
+                               "test_mine.py::test_certified[isolation]")
     result.assert_outcomes(failed=1)
     out = result.stdout.str()
     assert "documents are not isolated" in out and "tensorcad_certificate()" in out
@@ -90,9 +90,11 @@ def test_a_factory_that_raises_in_the_child_says_so_once_in_one_line(project):
     project.makepyfile(my_models=MODELS)
     project.syspathinsert()
     project.makefile(".ini", pytest="[pytest]\ntensorcad_models = my_models:broken\n")
+    from tensorcad.runtime.certification import MODEL_CHECKS
+
     result = project.runpytest(*OPTIONS, "-v")
-    result.assert_outcomes(failed=4)
+    result.assert_outcomes(failed=len(MODEL_CHECKS))
     out = result.stdout.str()
     assert out.count("my_models:broken raised ValueError: no checkpoint at /models/mine (my_models.py:") == 1
-    assert out.count("could not make the model (why: its isolation item)") == 3
+    assert out.count("could not make the model (why: its isolation item)") == len(MODEL_CHECKS) - 1
     assert " | " not in out

@@ -45,9 +45,11 @@ def test_a_saved_llama_passes_every_model_certificate_on_its_own_weights(tmp_pat
     assert max(alone_gaps(model, lambda i, d, p: model(input_ids=i, position_ids=p), ids, documents, positions)) < 1e-5
     code, [report], _ = certified(capsys, directory, *SMALL)
     assert code == 0, report
-    assert [(c["name"], c["status"]) for c in report["checks"]] == [
-        ("isolation", "passed"), ("isolation[boundaries]", "passed"), ("faithful", "passed"),
-        ("isolation[gradients]", "passed")]
+    from tensorcad.runtime.certification import MODEL_CHECKS
+
+    # Every model certificate: isolation, boundaries, faithful, gradients, and the training step's.
+    assert MODEL_CHECKS[:4] == ("isolation", "isolation[boundaries]", "faithful", "isolation[gradients]")
+    assert [(c["name"], c["status"]) for c in report["checks"]] == [(name, "passed") for name in MODEL_CHECKS]
     assert report["design"] == "llama"
     # It ran transformers' own weights: the gradients check names transformers' embedding module.
     assert report["checks"][3]["figures"]["embedding"] == "model.embed_tokens"

@@ -159,7 +159,9 @@ def test_import_hf_writes_a_design_from_a_directory(tmp_path):
     assert run.returncode == 0, run.stderr
     design = json.loads(out.read_text())
     assert design == import_hf(folder, documents=True, positions=True)
-    assert design["name"] == "tiny-llama" and set(design["inputs"]) == {"ids", "documents", "positions"}
+    # Named apart from the plain import (issue 33): the two designs' goldens must not share a name.
+    assert design["name"] == "tiny-llama-documents-positions"
+    assert set(design["inputs"]) == {"ids", "documents", "positions"}
 
 
 def test_commands_take_a_config_where_they_take_a_design(tmp_path):
@@ -185,8 +187,10 @@ def test_the_cli_refuses_a_bad_config_in_one_line(tmp_path):
 
 
 def test_certify_takes_a_model_directory(tmp_path):
+    # --positions (or --documents): the design checks on the imported design; without either the directory's own model is
+    # certified (tests/hf/test_certify_model_dir.py).
     tiny_config(transformers, "gpt2").save_pretrained(tmp_path)
-    run = _cli("certify", str(tmp_path), "--json")
+    run = _cli("certify", str(tmp_path), "--positions", "--json")
     assert run.returncode == 0, run.stderr
     (result,) = json.loads(run.stdout)
     outcomes = {c["name"]: c["outcome"] for c in result["checks"]}
