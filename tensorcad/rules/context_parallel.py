@@ -39,7 +39,7 @@ def _least(design: Design, op, context, cp) -> str:
     if flops >= cp.train_per_token:
         return f"{op.cp.shard} is already the sharding with the least predicted compute for {what}"
     return (f"the least predicted compute for {what}: {shard} (slowest rank {ratio:.2f}x the mean, "
-            f"{cp.train_per_token / flops:.2f}x less training compute a token)")
+            f"training compute a token cut by {1 - flops / cp.train_per_token:.1%})")
 
 
 @rule("cp-imbalance", "warn", f"context parallelism whose slowest rank computes more than {WARN_RATIO:.2f}x "

@@ -187,8 +187,8 @@ def test_the_cli_refuses_a_bad_config_in_one_line(tmp_path):
 
 
 def test_certify_takes_a_model_directory(tmp_path):
-    # --positions (or --documents): the design checks on the imported design; without either the directory's own model is
-    # certified (tests/hf/test_certify_model_dir.py).
+    # --positions (or --documents): the design checks on the imported design; without either, the
+    # directory's own model is certified (tests/hf/test_certify_model_dir.py).
     tiny_config(transformers, "gpt2").save_pretrained(tmp_path)
     run = _cli("certify", str(tmp_path), "--positions", "--json")
     assert run.returncode == 0, run.stderr
