@@ -171,3 +171,31 @@ def test_a_factory_that_raises_is_one_line(tmp_path, capsys, monkeypatch):
     assert capsys.readouterr().err == "tensorcad: --model: my_broken:model() raised ValueError: no checkpoint\n"
     assert main(["certify", "--model", "my_broken:nothing"]) == 2
     assert capsys.readouterr().err == "tensorcad: --model: 'my_broken' has no 'nothing'\n"
+
+
+def test_a_model_too_large_to_run_here_is_certified_as_a_replica_and_says_so(tmp_path, capsys, monkeypatch):
+    import tensorcad.runtime.certification.pretrained as pretrained
+    import tensorcad.runtime.certification.registry as registry
+
+    monkeypatch.setattr(registry, "MODEL_CHECKS", ("isolation",))
+    monkeypatch.setattr(pretrained, "MAX_PARAMS", 50_000)  # the tiny Llama's 90,432 are "too many" here
+    directory = saved(tmp_path, "llama", use_cache=False)
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *a, **k: pytest.fail("the weights were loaded to be refused"))
+    assert main(["certify", directory, *SMALL]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("a replica with 2 layers of width 64, seeded (90,432 parameters; about 90,432 parameters are too many "
+            "to run every certificate here)") in out
+
+
+def test_a_replica_keeps_the_configs_kind_and_grouping_and_shrinks_its_sizes():
+    from tensorcad.runtime.certification.pretrained import replica_config
+
+    big = transformers.LlamaConfig(vocab_size=128_256, hidden_size=4096, intermediate_size=14_336,
+                                   num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+                                   max_position_embeddings=8192)
+    small = replica_config(big)
+    assert type(small) is transformers.LlamaConfig
+    assert (small.num_hidden_layers, small.hidden_size, small.intermediate_size, small.vocab_size) == (2, 64, 128, 512)
+    assert (small.num_attention_heads, small.num_key_value_heads, small.head_dim) == (4, 1, 16)  # 4:1 as 32:8
+    assert small.max_position_embeddings == 8192

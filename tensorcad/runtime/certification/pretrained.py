@@ -82,11 +82,21 @@ def load_model(source: str | Path, *, replica: bool = False) -> tuple[Any, str]:
     transformers.utils.logging.disable_progress_bar()  # a certificate's output, not a loader's bars
     _, where = read_config(source)  # one line for a missing or unreadable config
     directory = Path(where).parent
-    try:
-        config = transformers.AutoConfig.from_pretrained(directory, local_files_only=True)
+    try:  # the file itself: a config.json named otherwise is read too
+        config = transformers.AutoConfig.from_pretrained(where, local_files_only=True)
     except (ValueError, OSError, KeyError) as error:
         raise TensorcadError(where, f"transformers cannot read this config ({str(error).splitlines()[0]})") from None
-    weights = has_weights(directory)
+    weights = Path(source).is_dir() and has_weights(directory)  # a config file alone holds no weights
+    estimate = _params_of(where)
+    if not replica and weights and estimate is not None and estimate > MAX_PARAMS:
+        # Counted from the config before any weight is read: an 8B checkpoint is never loaded to be refused.
+        replica, weights = True, False
+        why = f"about {estimate:,} parameters are too many to run every certificate here"
+    elif not weights:
+        why = "--replica" if replica else ("the directory holds no weights" if Path(source).is_dir()
+                                           else "a config file holds no weights")
+    else:
+        why = "--replica"
     if not replica and weights:
         try:
             model = transformers.AutoModelForCausalLM.from_pretrained(directory, local_files_only=True,
@@ -94,12 +104,7 @@ def load_model(source: str | Path, *, replica: bool = False) -> tuple[Any, str]:
         except (ValueError, OSError) as error:
             raise TensorcadError(str(directory), f"transformers cannot load this model "
                                                  f"({str(error).splitlines()[0]})") from None
-        count = model.num_parameters()
-        if count <= MAX_PARAMS:
-            return model.eval(), f"its weights ({count:,} parameters)"
-        replica, why = True, f"{count:,} parameters are too many to run every certificate here"
-    else:
-        why = "--replica" if replica else "the directory holds no weights"
+        return model.eval(), f"its weights ({model.num_parameters():,} parameters)"
     if replica:
         config = replica_config(config)
     torch.manual_seed(0)
@@ -110,6 +115,17 @@ def load_model(source: str | Path, *, replica: bool = False) -> tuple[Any, str]:
                                     f"({str(error).splitlines()[0]})") from None
     kind = "a replica with 2 layers of width 64" if replica else "random weights"
     return model.eval(), f"{kind}, seeded ({model.num_parameters():,} parameters; {why})"
+
+
+def _params_of(config_file: str) -> int | None:
+    """The parameters tensorcad counts for the config (no torch); None when it cannot import it."""
+    from tensorcad.analysis.params import count_params
+    from tensorcad.hf import load_design
+
+    try:
+        return count_params(load_design(config_file)).total
+    except TensorcadError:
+        return None
 
 
 def trained_model_fn(model: Any, packing: str):
