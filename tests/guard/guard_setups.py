@@ -41,14 +41,16 @@ def tokenizer():
 
 
 class Wrapped:
-    """A collator wrapper planting a fault; keeps the last batch it made (the test's reference reads it)."""
+    """A collator wrapper planting a fault; keeps the first batch it made (the test's reference reads it: the
+    loader may collate the next batch before a step ends)."""
 
     def __init__(self, collator, fault):
-        self.collator, self.fault, self.last = collator, fault, None
+        self.collator, self.fault, self.first = collator, fault, None
 
     def __call__(self, examples):
         batch = self.fault(self.collator(examples))
-        self.last = batch
+        if self.first is None:
+            self.first = batch
         return batch
 
 
@@ -82,7 +84,7 @@ def sft_trainer(model, callbacks=(), fault=None, steps: int = 20, seed: int = 0)
     args = SFTConfig(output_dir=str(Path("/tmp") / "tensorcad-guard-sft"), max_steps=steps,
                      per_device_train_batch_size=2, packing=True, padding_free=True, max_length=96, report_to=[],
                      logging_steps=1000, save_strategy="no", use_cpu=True, learning_rate=1e-3, seed=seed,
-                     disable_tqdm=True)
+                     disable_tqdm=True, bf16=False)  # float32: the reference compares logits to 1e-4
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset(seed), processing_class=tokenizer(),
                          callbacks=list(callbacks))
     if fault is not None:
