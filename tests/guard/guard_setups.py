@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 import transformers
 
@@ -20,6 +21,16 @@ from hf_setups import VOCAB, block_diagonal, tiny_model  # noqa: E402 - tests/hf
 
 # Documents of 5 to 40 tokens: many longer than Mistral's window (16), many shorter.
 DOCUMENTS = 48
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """The tiny models' matmuls are too small to split: one thread beats two on a shared 2-core machine (measured:
+    a 20-step SFTTrainer run 8 s against 48 s under load). Autouse where a conftest imports it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def dataset(seed: int = 0):
