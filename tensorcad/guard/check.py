@@ -84,7 +84,7 @@ class GuardReport:
                 "certificates": {n: r.passed for n, r in self.certificates.items()}}
 
 
-def _is_hf(model: Any) -> bool:
+def is_hf(model: Any) -> bool:
     from tensorcad.hf import is_hf_model
 
     return is_hf_model(model)
@@ -92,7 +92,7 @@ def _is_hf(model: Any) -> bool:
 
 def forward(model: Any, batch: Mapping[str, Any]) -> Any:
     """``model`` on ``batch`` as a loop calls it: ``model(**batch)`` for transformers, else (ids, documents=)."""
-    if _is_hf(model):
+    if is_hf(model):
         return model(**{k: v for k, v in batch.items() if k != "documents"})
     return model(batch["input_ids"], documents=documents_of(batch))
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from tensorcad.errors import TensorcadError
 
-from .check import CERTIFICATES, GuardError, GuardReport, check_batch
+from .check import CERTIFICATES, GuardError, GuardReport, check_batch, is_hf
 from .recording import AttentionCall, recording
 
 ON_FAILURE = ("raise", "warn", "stop")
@@ -46,6 +46,26 @@ def _named(module: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
         return dict(inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments)
     except TypeError:
         return {"input_ids": args[0], **kwargs}
+
+
+class _ModelFn:
+    """A plain module as the certificates call a model, ``model_fn(ids, documents, positions)``, called the way
+    the guard's forward calls it (``model(ids, documents=...)``). Its ``form`` is the module's, so the
+    certificates run a generated model's eager form on CPU, where FlexAttention has no backward."""
+
+    def __init__(self, model: Any):
+        self.model = model
+
+    @property
+    def form(self) -> Any:
+        return getattr(self.model, "form", None)
+
+    @form.setter
+    def form(self, value: Any) -> None:
+        self.model.form = value
+
+    def __call__(self, ids, documents, positions):
+        return self.model(ids, documents=documents)
 
 
 class Guard:
@@ -78,7 +98,7 @@ class Guard:
             from tensorcad.hf import is_hf_model
 
             if not is_hf_model(model):
-                self._certified_model = model  # a plain module certifies as it is
+                self._certified_model = _ModelFn(model)  # a plain module certifies as it is
             else:
                 from .replica import replica
 
@@ -114,7 +134,7 @@ class Guard:
             return None
         started = time.perf_counter()
         target = self._target(model)
-        on = "the replica" if target is not model else "the model"
+        on = "the replica" if self.certify_on == "replica" and is_hf(model) else "the model"
         report = check_batch(model, batch, calls=calls, certify_on=target, certificates=self.certificates, on=on)
         self.seconds += time.perf_counter() - started
         self.reports.append((step_number, report))

@@ -33,8 +33,14 @@ def path_verdicts(paths: list[LayerPath], findings: list[Finding]) -> list[str]:
     crossing = [p for p in paths if p.documents_apart is False]
     if crossing:
         cause = next((f for f in findings if f.switches_packing_off), None)
-        why = _because(cause) if cause else ("documents see each other there, and nothing in the batch or its "
-                                             "settings explains it: check the attention implementation")
+        if cause:
+            why = _because(cause)
+        elif crossing[0].mask in ("mask_mod", "BlockMask"):
+            why = (f"the {crossing[0].mask} reaching it keeps keys of other documents: its document conjunct "
+                   "(doc(b, q) == doc(b, kv)) is missing")
+        else:
+            why = ("documents see each other there, and nothing in the batch or its settings explains it: check "
+                   "the attention implementation")
         lines.append(f"{crossing[0].ran()}: {why}{_also(len(crossing) - 1)}")
     lost = [p for p in paths if p.window_lost and p.documents_apart is not False]
     if lost:
