@@ -37,6 +37,16 @@ def pytest_configure(config: pytest.Config) -> None:
     add_model_args(config)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if not item.config.getoption(options.GUARD_DEST):
+        return (yield)
+    from .integrations.guarding import guarding
+
+    with guarding():
+        return (yield)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     from .snapshot import forget_goldens_seen
 
