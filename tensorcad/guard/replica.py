@@ -26,11 +26,63 @@ DROPOUT_SUFFIXES = ("dropout", "pdrop", "dropout_prob", "dropout_rate")
 
 
 def _period(types: list[str]) -> int:
-    """The shortest cycle ``layer_types`` repeats (its length when it does not)."""
+    """The shortest cycle ``layer_types`` repeats a whole number of times (its length when it has none)."""
     for p in range(1, len(types) + 1):
-        if all(types[i] == types[i % p] for i in range(len(types))):
+        if len(types) % p == 0 and all(types[i] == types[i % p] for i in range(len(types))):
             return p
     return len(types)
+
+
+def _layers(small: Any, config: Any, layers: int) -> int:
+    """The replica's layer count: ``layers``, made a whole ``layer_types`` cycle (or, with no cycle, the first
+    layers holding every type), with the attention layers of a hybrid (``attn_layer_indices``) that fall in it."""
+    types = config.to_dict().get("layer_types")  # a stored list (Mamba-2's and Bamba's derive theirs: read-only)
+    count = layers
+    if isinstance(types, (list, tuple)) and types:
+        period = _period(list(types))
+        if period < len(types):
+            count = -(-layers // period) * period
+        else:
+            count = max(layers, max(list(types).index(t) for t in set(types)) + 1)
+        small.layer_types = [types[i % len(types)] for i in range(count)]
+    indices = getattr(config, "attn_layer_indices", None)
+    if isinstance(indices, (list, tuple)) and indices:
+        count = max(count, min(indices) + 2)  # an attention layer and a mixer after it
+        small.attn_layer_indices = [i for i in indices if i < count]
+    return count
+
+
+def _attention_heads(small: Any, config: Any, hidden: int) -> None:
+    """Heads of 16 channels, the query-to-key/value ratio kept (a config with no attention keeps none)."""
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    if heads < 1:
+        return
+    kv = getattr(config, "num_key_value_heads", None) or heads
+    ratio = max(1, heads // int(kv))
+    new_heads = max(hidden // HEAD_CHANNELS, ratio)
+    new_heads -= new_heads % ratio
+    if hidden % new_heads:
+        raise TensorcadError("hidden", f"{hidden} channels do not split into {new_heads} heads (ratio {ratio} kept)")
+    small.num_attention_heads = new_heads
+    if getattr(config, "num_key_value_heads", None) is not None:
+        small.num_key_value_heads = new_heads // ratio
+    if getattr(config, "head_dim", None) is not None and getattr(config, "num_attention_heads", None):
+        small.head_dim = hidden // new_heads
+
+
+def _mixer_heads(small: Any, config: Any, hidden: int) -> None:
+    """A state-space mixer's heads (Mamba-2's, Bamba's) of 16 channels over its expanded width, groups kept
+    where they still divide the heads."""
+    for heads_key, dim_key, groups_key, expand_key in (("num_heads", "head_dim", "n_groups", "expand"),
+                                                       ("mamba_n_heads", "mamba_d_head", "mamba_n_groups",
+                                                        "mamba_expand")):
+        if heads_key not in config.to_dict():  # (a config may alias num_heads to its attention heads: not listed)
+            continue
+        inner = int(getattr(config, expand_key, 2) or 2) * hidden
+        setattr(small, dim_key, HEAD_CHANNELS)
+        setattr(small, heads_key, inner // HEAD_CHANNELS)
+        groups = int(getattr(config, groups_key, 1) or 1)
+        setattr(small, groups_key, groups if (inner // HEAD_CHANNELS) % groups == 0 else 1)
 
 
 def _set(config: Any, name: str, value: Any) -> None:
@@ -46,28 +98,11 @@ def replica_config(config: Any, layers: int = 2, hidden: int = 64, window: int =
     if hidden % HEAD_CHANNELS:
         raise TensorcadError("hidden", f"{hidden} is not a multiple of {HEAD_CHANNELS} (a head's channels)")
     small = copy.deepcopy(config)
-    heads = int(getattr(config, "num_attention_heads", 0) or 0)
-    if heads < 1:
-        raise TensorcadError("config.num_attention_heads", "the config names no attention heads")
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    ratio = max(1, heads // int(kv))
-    new_heads = max(hidden // HEAD_CHANNELS, ratio)
-    new_heads -= new_heads % ratio
-    if hidden % new_heads:
-        raise TensorcadError("hidden", f"{hidden} channels do not split into {new_heads} heads (ratio {ratio} kept)")
-    types = getattr(config, "layer_types", None)
-    count = layers
-    if isinstance(types, (list, tuple)) and types:
-        period = _period(list(types))
-        count = -(-layers // period) * period
-        small.layer_types = [types[i % len(types)] for i in range(count)]
+    count = _layers(small, config, layers)
     small.num_hidden_layers = count
     small.hidden_size = hidden
-    small.num_attention_heads = new_heads
-    if getattr(config, "num_key_value_heads", None) is not None:
-        small.num_key_value_heads = new_heads // ratio
-    if getattr(config, "head_dim", None) is not None:
-        small.head_dim = hidden // new_heads
+    _attention_heads(small, config, hidden)
+    _mixer_heads(small, config, hidden)
     if getattr(config, "intermediate_size", None) is not None:
         small.intermediate_size = 2 * hidden
     if getattr(config, "n_inner", None) is not None:

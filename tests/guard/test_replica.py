@@ -17,6 +17,8 @@ from hf_setups import collated
 from tensorcad.guard import check_batch, replica
 from tensorcad.hf import SUPPORTED
 
+# Layers the replica keeps where 2 would drop a kind of layer: Bamba's first attention is layer 9, LFM2's layer 2.
+LAYERS = {"bamba": 11, "lfm2": 3}
 LARGE = dict(vocab_size=1000, hidden_size=1024, intermediate_size=4096, num_hidden_layers=24, num_attention_heads=16,
              num_key_value_heads=4, max_position_embeddings=8192, attn_implementation="sdpa")
 
@@ -28,6 +30,16 @@ def large_config(family: str):
                             attn_implementation="sdpa")
     if family == "gemma2":
         return t.Gemma2Config(**{**LARGE, "attn_implementation": "eager"}, head_dim=64, sliding_window=4096)
+    if family == "mamba2":
+        return t.Mamba2Config(vocab_size=1000, hidden_size=1024, num_heads=32, head_dim=64, state_size=128, n_groups=8,
+                              num_hidden_layers=24)
+    if family == "bamba":
+        return t.BambaConfig(**{**LARGE, "num_hidden_layers": 32}, attn_layer_indices=[9, 18, 27], mamba_n_heads=32,
+                             mamba_d_head=64, mamba_n_groups=1, mamba_d_state=128)
+    if family == "lfm2":
+        types = ["conv", "conv", "full_attention", "conv", "conv", "full_attention", "conv", "conv", "full_attention",
+                 "conv", "full_attention", "conv", "full_attention", "conv", "full_attention", "conv"]
+        return t.Lfm2Config(**{**LARGE, "num_hidden_layers": 16}, layer_types=types)
     classes = {"llama": t.LlamaConfig, "mistral": t.MistralConfig, "qwen2": t.Qwen2Config, "qwen3": t.Qwen3Config,
                "phi3": t.Phi3Config}
     extra = {"mistral": dict(sliding_window=4096), "qwen3": dict(head_dim=128, tie_word_embeddings=True),
@@ -43,22 +55,31 @@ def test_the_replica_keeps_the_architecture_and_code_path(family):
     small = replica(config)
     c = small.config
     assert type(c) is type(config) and c.model_type == config.model_type == family
-    assert c._attn_implementation == config._attn_implementation
-    assert c.num_hidden_layers == 2 and c.hidden_size == 64
-    heads, kv = c.num_attention_heads, getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-    assert heads // kv == (config.num_attention_heads // (getattr(config, "num_key_value_heads", None)
-                                                          or config.num_attention_heads))
+    if config._attn_implementation is not None:  # Mamba-2 has no attention to choose an implementation for
+        assert c._attn_implementation == config._attn_implementation
+    assert c.num_hidden_layers == LAYERS.get(family, 2) and c.hidden_size == 64
+    if getattr(config, "num_attention_heads", None):
+        heads, kv = c.num_attention_heads, getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        assert heads // kv == (config.num_attention_heads // (getattr(config, "num_key_value_heads", None)
+                                                              or config.num_attention_heads))
     types = getattr(config, "layer_types", None)
     if types:
-        assert list(c.layer_types) == list(types[:2])
+        assert list(c.layer_types) == list(types[:c.num_hidden_layers])
+        assert set(c.layer_types) == set(types)  # every kind of layer the model has, the replica has
+    if family == "bamba":
+        assert c.attn_layer_indices == [9]  # the first attention layer, and a mixer after it
+    small(input_ids=torch.randint(0, 1000, (1, 24)), use_cache=False)  # it runs
     if getattr(config, "sliding_window", None):
         assert c.sliding_window == 16
     assert c.tie_word_embeddings == config.tie_word_embeddings
     for key in ("rope_parameters", "rope_scaling", "rope_theta", "partial_rotary_factor"):
         assert getattr(c, key, None) == getattr(config, key, None), key
-    if getattr(config, "head_dim", None):
+    if getattr(config, "head_dim", None) and getattr(config, "num_attention_heads", None):
         assert c.head_dim * c.num_attention_heads == 64
-    assert sum(p.numel() for p in small.parameters()) < 400_000  # certifies in seconds on CPU
+    for heads, dim, expand in (("num_heads", "head_dim", "expand"), ("mamba_n_heads", "mamba_d_head", "mamba_expand")):
+        if heads in config.to_dict():  # a state-space mixer's heads span its expanded width
+            assert getattr(c, heads) * getattr(c, dim) == getattr(c, expand) * 64
+    assert sum(p.numel() for p in small.parameters()) < 1_000_000  # certifies in seconds on CPU (Bamba's 11 layers: 0.85M)
 
 
 def test_a_cycle_of_layer_types_is_kept_whole():
