@@ -20,10 +20,10 @@ import pytest
 pytest.importorskip("trl")
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "guard"))
-import torch  # noqa: E402
-from guard_setups import sft_trainer, tiny_model  # noqa: E402 - tests/guard's SFTTrainer setup
+import torch
+from guard_setups import sft_trainer, tiny_model
 
-from harness.integrations import TensorcadCallback  # noqa: E402
+from harness.integrations import TensorcadCallback
 
 
 def _run(steps: int, guarded: bool):

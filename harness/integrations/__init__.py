@@ -12,20 +12,12 @@ Names load on first use: importing the package imports neither transformers nor 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from tensorcad.faces import lazy
 
 _LAZY = {
-    "TensorcadCallback": "harness.integrations.trainer",
-    "TensorcadLightningCallback": "harness.integrations.lightning_callback",
+    "TensorcadCallback": "harness.integrations.trainer:TensorcadCallback",
+    "TensorcadLightningCallback": "harness.integrations.lightning_callback:TensorcadLightningCallback",
 }
 
 __all__ = list(_LAZY)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module 'harness.integrations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name]), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy(__name__, _LAZY)

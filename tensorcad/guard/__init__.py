@@ -34,5 +34,5 @@ _LAZY = {
     "Guard": ".session:Guard",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = list(_LAZY)
 __getattr__, __dir__ = lazy(__name__, _LAZY)

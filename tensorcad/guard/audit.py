@@ -53,7 +53,11 @@ def _starts(documents: torch.Tensor) -> torch.Tensor:
 
 def representations(batch: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """The documents (rows, tokens) each representation in ``batch`` names, by its key."""
-    from tensorcad.packing import documents_of_cu_seqlens, documents_of_positions, documents_of_seq_idx
+    from tensorcad.packing import (
+        documents_of_cu_seqlens,
+        documents_of_positions,
+        documents_of_seq_idx,
+    )
 
     ids = batch.get("input_ids")
     shape = _rows(ids).shape if ids is not None else None

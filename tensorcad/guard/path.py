@@ -14,7 +14,6 @@ reaches (a sliding window shows as a reach shorter than the longest document).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
@@ -149,7 +148,7 @@ def paths_of(calls: list[AttentionCall], documents: torch.Tensor | None) -> list
     return [layer_path(call, documents) for call in calls]
 
 
-def summarize(paths: list[LayerPath]) -> Any:
+def summarize(paths: list[LayerPath]) -> list[str]:
     """The distinct paths taken, one line each: 'layers 0-1 (full) ran sdpa with is_causal'."""
     lines: dict[str, list[int]] = {}
     for p in paths:

@@ -92,12 +92,10 @@ class Guard:
         return step < self.first or (self.every is not None and step % self.every == 0)
 
     def _target(self, model: Any) -> Any:
-        if self.certify_on != "replica":
+        if not (isinstance(self.certify_on, str) and self.certify_on == "replica"):
             return self.certify_on  # a model, or None (no certificates)
         if self._certified_model is None:
-            from tensorcad.hf import is_hf_model
-
-            if not is_hf_model(model):
+            if not is_hf(model):
                 self._certified_model = _ModelFn(model)  # a plain module certifies as it is
             else:
                 from .replica import replica
@@ -134,7 +132,7 @@ class Guard:
             return None
         started = time.perf_counter()
         target = self._target(model)
-        on = "the replica" if self.certify_on == "replica" and is_hf(model) else "the model"
+        on = "the replica" if target is not None and isinstance(self.certify_on, str) and is_hf(model) else "the model"
         report = check_batch(model, batch, calls=calls, certify_on=target, certificates=self.certificates, on=on)
         self.seconds += time.perf_counter() - started
         self.reports.append((step_number, report))

@@ -17,7 +17,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "hf"))
-from hf_setups import VOCAB, block_diagonal, tiny_model  # noqa: E402 - tests/hf, the tiny models
+from hf_setups import VOCAB, block_diagonal, tiny_model
 
 # Documents of 5 to 40 tokens: many longer than Mistral's window (16), many shorter.
 DOCUMENTS = 48
@@ -129,5 +129,14 @@ def gaps_alone(model, batch) -> list[float]:
     return gaps
 
 
-__all__ = ["tiny_model", "sft_trainer", "gaps_alone", "Wrapped", "all_ones_mask", "straight_positions",
-           "block_diagonal_mask", "labels_across", "documents_of_batch"]
+__all__ = [
+    "Wrapped",
+    "all_ones_mask",
+    "block_diagonal_mask",
+    "documents_of_batch",
+    "gaps_alone",
+    "labels_across",
+    "sft_trainer",
+    "straight_positions",
+    "tiny_model",
+]

@@ -12,7 +12,7 @@ import torch
 from guard_setups import gaps_alone, tiny_model
 from hf_setups import collated
 
-from tensorcad.guard import GuardError, Guard, check_batch, replica
+from tensorcad.guard import Guard, GuardError, check_batch, replica
 
 
 def _loop_batches():

@@ -11,7 +11,13 @@ from __future__ import annotations
 import pytest
 import torch
 import transformers
-from guard_setups import (all_ones_mask, block_diagonal_mask, labels_across, straight_positions, tiny_model)
+from guard_setups import (
+    all_ones_mask,
+    block_diagonal_mask,
+    labels_across,
+    straight_positions,
+    tiny_model,
+)
 from hf_setups import collated
 
 from tensorcad.guard import check_batch, replica

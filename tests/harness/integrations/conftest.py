@@ -7,4 +7,4 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "guard"))
 
 
-from guard_setups import one_thread  # noqa: E402,F401 - the fixture, used by every test here
+from guard_setups import one_thread  # noqa: F401 - the fixture, used by every test here

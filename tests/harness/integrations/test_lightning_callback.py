@@ -12,13 +12,13 @@ import pytest
 
 lightning = pytest.importorskip("lightning")
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-import tensorcad  # noqa: E402
-from harness.integrations import TensorcadLightningCallback  # noqa: E402
-from tensorcad.guard import GuardError  # noqa: E402
-from tensorcad.runtime.building import build, scale  # noqa: E402
+import tensorcad
+from harness.integrations import TensorcadLightningCallback
+from tensorcad.guard import GuardError
+from tensorcad.runtime.building import build, scale
 
 LENGTHS = (9, 30, 3, 21, 14, 19)
 

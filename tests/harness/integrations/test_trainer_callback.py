@@ -12,15 +12,22 @@ import pytest
 
 pytest.importorskip("trl")
 
-import torch  # noqa: E402
-from guard_setups import (  # noqa: E402 - tests/guard, on sys.path (conftest)
-    all_ones_mask, block_diagonal_mask, documents_of_batch, gaps_alone, labels_across, sft_trainer,
-    straight_positions, tiny_model)
-from transformers import AttentionInterface  # noqa: E402
-from transformers.integrations.sdpa_attention import sdpa_attention_forward  # noqa: E402
+import torch
+from guard_setups import (
+    all_ones_mask,
+    block_diagonal_mask,
+    documents_of_batch,
+    gaps_alone,
+    labels_across,
+    sft_trainer,
+    straight_positions,
+    tiny_model,
+)
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from harness.integrations import TensorcadCallback  # noqa: E402
-from tensorcad.guard import GuardError  # noqa: E402
+from harness.integrations import TensorcadCallback
+from tensorcad.guard import GuardError
 
 LEAK = 1e-3  # the faults move a document's logits by 1e-2 and more; a clean batch by under 1e-5
 CLEAN = 1e-4
