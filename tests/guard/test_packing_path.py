@@ -20,9 +20,8 @@ from tensorcad.guard import packing_path
 
 CASES = [("llama", "eager"), ("llama", "sdpa"), ("mistral", "eager"), ("mistral", "sdpa"), ("gpt2", "eager"),
          ("gpt2", "sdpa"), ("gemma2", "eager")]
-# Gemma 2 under flex has sliding and full layers both (Mistral's sliding-only path adds a 35 s mask compile);
 # transformers 5.24 refuses flex_attention for GPT-2.
-FLEX = [("llama", "flex_attention"), ("gemma2", "flex_attention")]
+FLEX = [("llama", "flex_attention"), ("mistral", "flex_attention"), ("gemma2", "flex_attention")]
 
 
 class Hand:
@@ -69,7 +68,12 @@ def _held_to_hand(monkeypatch, family, implementation):
     ids, documents, positions, _ = collated()
     model = tiny_model(family, implementation)
     if implementation == "flex_attention":
-        # transformers' compiled flex segfaults on CPU here (torch 2.13); both runs take the uncompiled kernel.
+        # transformers' compiled flex segfaults on CPU here (torch 2.13); both runs take the uncompiled kernel, and
+        # build the same BlockMask uncompiled (its compile costs 20-40 s a family, and changes no pair it keeps).
+        from transformers import masking_utils
+
+        build = masking_utils.create_block_mask
+        monkeypatch.setattr(masking_utils, "create_block_mask", lambda *a, **k: build(*a, **{**k, "_compile": False}))
         Hand(monkeypatch, family, implementation)
     for name, batch in _batches(ids, documents, positions).items():
         if implementation == "flex_attention" and name.startswith("4D"):
