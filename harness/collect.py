@@ -11,6 +11,7 @@ and `--snapshot-update` rewrites them.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -31,17 +32,27 @@ def design_roots(config: pytest.Config) -> list[Path]:
 
 
 def add_design_args(config: pytest.Config) -> None:
-    """Make pytest walk the design roots too, unless a path it already walks holds them."""
+    """Make pytest walk the design roots too, unless a path it already walks holds them.
+
+    Roots are the option's first (``design_roots``), so a missing one is named by where it came from."""
     roots = design_roots(config)
     if not roots:
         return
     base = Path(config.invocation_params.dir)
     walked = [(base / a.split("::")[0]).resolve() for a in config.args]
-    for root in roots:
+    given = len(config.getoption(COLLECT_DEST) or [])
+    for index, root in enumerate(roots):
         if not root.exists():
-            raise pytest.UsageError(f"{INI_DESIGNS}: no such file or directory: {root}")
-        if not any(root == w or w in root.parents for w in walked):
+            raise pytest.UsageError(f"{_source(index < given)}: no such file or directory: {root}")
+        # The ini's designs join only a run on the default paths, as tensorcad_models' do:
+        # a test named on the command line runs alone.
+        named = config.args_source == pytest.Config.ArgsSource.ARGS
+        if (index < given or not named) and not any(root == w or w in root.parents for w in walked):
             config.args.append(str(root))
+
+
+def _source(option: bool) -> str:
+    return "--tensorcad" if option else INI_DESIGNS
 
 
 def is_design_file(file_path: Path, config: pytest.Config) -> bool:
@@ -119,7 +130,12 @@ def run_item(item: DesignCheck, snapshot: Any) -> None:
 
     subject = Subject(item.parent.design, base_settings(item.config), golden=golden)
     try:
-        result = REGISTRY[item.name].run(subject)
+        with warnings.catch_warnings():
+            # torch's advice to compile the uncompiled flex reference, and its jit deprecation from inside
+            # its own compile path: noise in a downstream run, which filters only its own warnings.
+            warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
+            warnings.filterwarnings("ignore", message="`torch.jit.script_method` is deprecated")
+            result = REGISTRY[item.name].run(subject)
     except (Skipped, NotApplicable) as skip:
         result = None
         reason = str(skip)

@@ -114,6 +114,13 @@ def child(spec_path: str) -> int:
     except TensorcadError as error:
         _report({"error": str(error)})
         return 0
+    except Exception as error:  # noqa: BLE001 - the factory's own failure: one line, where it raised
+        import traceback
+
+        where = traceback.extract_tb(error.__traceback__)[-1]
+        _report({"error": f"{spec['factory']} raised {type(error).__name__}: {error} "
+                          f"({Path(where.filename).name}:{where.lineno})"})
+        return 0
     for name in spec["checks"]:
         _report({"running": name})
         try:

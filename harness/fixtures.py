@@ -31,12 +31,34 @@ def resolve_design(name: str | Path, *bases: Path) -> Any:
 
     if not isinstance(name, (str, Path)):
         return tensorcad.load(name)  # a Design or a dict
+    from tensorcad.errors import TensorcadError
+
     path = Path(name)
     if not path.is_absolute():
         for base in bases:
             if (base / path).is_file():
                 return tensorcad.load(str(base / path))
-    return tensorcad.load(str(name))
+    try:
+        return tensorcad.load(str(name))
+    except TensorcadError:
+        if path.suffix not in (".json", ".yaml", ".yml") or path.exists():
+            raise
+        message = _not_found(path, bases)
+    raise TensorcadError(str(name), message)  # outside the except: the loader's error is not shown beside it
+
+
+def _not_found(path: Path, bases: tuple[Path, ...]) -> str:
+    """A marker's design= typo: where it was looked for, and the nearest design file there."""
+    import difflib
+    import itertools
+
+    places = list(dict.fromkeys(base / path for base in bases)) if bases and not path.is_absolute() else [path]
+    roots = bases if bases and not path.is_absolute() else (path.parent,)
+    near = {str(p.relative_to(root)): p for root in roots
+            for p in itertools.islice(root.rglob(f"*{path.suffix}"), 2000)}
+    guess = difflib.get_close_matches(str(path), list(near), n=1)
+    hint = f"; did you mean {guess[0]!r}?" if guess else ""
+    return f"no such design file (looked for {', '.join(str(p) for p in places)}){hint}"
 
 
 def operating_point(settings: Settings, design: Any = None) -> Any:

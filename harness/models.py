@@ -107,7 +107,7 @@ class ModelRun:
         return self.results[name]["status"], self.results[name]["message"]
 
     def _run_child(self, wanted: list[str]) -> None:
-        from .contained import run_contained
+        from .contained import Crash, run_contained
 
         results, crash = run_contained(self.factory, wanted, self.settings.to_json(), self.batch)
         self.results.update(results)
@@ -115,14 +115,18 @@ class ModelRun:
             return
         if crash.check is None:
             # No check began (the factory failed, or the child died making the model): so would every retry.
-            self.crashes.update({name: crash for name in wanted if name not in results})
+            # The first item says why; the others point to it rather than repeat it.
+            first, *rest = [name for name in wanted if name not in results]
+            self.crashes[first] = crash
+            self.crashes.update({name: Crash(None, f"could not make the model (why: its {first} item)")
+                                 for name in rest})
         else:
             self.crashes[crash.check] = crash
 
 
 def conclude(item: pytest.Item, status: str, message: str) -> None:
     """A certificate's (status, message) as the item's outcome: a skip with its reason, a failure with its message."""
-    __tracebackhide__ = True  # a marked test's failure shows its own line and the message, not this frame
+    __tracebackhide__ = True  # a failure shows the user's line and the message, not this frame
     item.outcome_message = message
     if status == "skipped":
         raise pytest.skip.Exception(message, _use_item_location=True)

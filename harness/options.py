@@ -24,6 +24,10 @@ SUBPROCESS = "--tensorcad-subprocess"
 NO_SUBPROCESS = "--no-tensorcad-subprocess"
 SUBPROCESS_DEST = "tensorcad_subprocess"
 
+# `pytest --tensorcad-guard`: every transformers / lightning Trainer a test builds gets the guard's callback.
+GUARD = "--tensorcad-guard"
+GUARD_DEST = "tensorcad_guard"
+
 # The operating point and model every fixture and collected item uses unless a
 # `tensorcad` marker says otherwise.
 SEQ = "--tensorcad-seq"
@@ -79,12 +83,21 @@ def _forms(text: str) -> tuple[str, ...]:
     return forms
 
 
+def _number(text: str, kind: type, words: str):
+    import argparse
+
+    try:
+        return kind(text)
+    except ValueError:  # argparse would say "invalid _pack value", naming this function
+        raise argparse.ArgumentTypeError(f"expected a number or {words}, got {text!r}") from None
+
+
 def _pack(text: str) -> float | None:
-    return None if text.lower() in ("none", "off", "0") else float(text)
+    return None if text.lower() in ("none", "off", "0") else _number(text, float, "'off'")
 
 
 def _sample(text: str) -> int | None:
-    return None if text.lower() in ("none", "all") else int(text)
+    return None if text.lower() in ("none", "all") else _number(text, int, "'all'")
 
 
 def add_options(parser) -> None:
@@ -113,6 +126,9 @@ def add_options(parser) -> None:
                     help=f"rows whose block masks block-counts compares (default {DEFAULTS['block_rows']})")
     group.addoption(SAMPLE, type=_sample, default=DEFAULTS["sample"], metavar="N",
                     help=f"perturb at most N documents of the batch, seeded; 'all' for every one (default {DEFAULTS['sample']})")
+    group.addoption(GUARD, action="store_true", dest=GUARD_DEST, default=False,
+                    help="guard every transformers or lightning Trainer a test builds: its first batch audited, "
+                         "the packing path recorded, the step certified on a replica; a failure fails the test")
     parser.addini(INI_DESIGNS, type="paths", default=[],
                   help="directories (or files) of design files to collect as tensorcad checks")
     group.addoption(SUBPROCESS, action="store_true", dest=SUBPROCESS_DEST, default=True,

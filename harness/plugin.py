@@ -37,6 +37,16 @@ def pytest_configure(config: pytest.Config) -> None:
     add_model_args(config)
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    if not item.config.getoption(options.GUARD_DEST):
+        return (yield)
+    from .integrations.guarding import guarding
+
+    with guarding():
+        return (yield)
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     from .snapshot import forget_goldens_seen
 
@@ -97,7 +107,13 @@ def tensorcad_design(request: pytest.FixtureRequest, tensorcad_settings):
 
     if tensorcad_settings.design is None:
         raise pytest.UsageError(f"{request.node.nodeid}: mark it @pytest.mark.tensorcad(design=...)")
-    return resolve_design(tensorcad_settings.design, request.path.parent, request.config.rootpath)
+    from tensorcad.errors import TensorcadError
+
+    try:
+        return resolve_design(tensorcad_settings.design, request.path.parent, request.config.rootpath)
+    except TensorcadError as error:  # a typo in the marker's design=: one line, not the loader's traceback
+        message = f"tensorcad(design=...): {error}"
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture

@@ -62,22 +62,26 @@ class ContextParallel:
             raise TensorcadError("cp.shard", f"unknown sharding {self.shard!r} ({', '.join(SHARDINGS)})")
 
     def fits(self, seq: int, block: int) -> None:
-        """Refuse a row this sharding cannot split into whole blocks a rank, in one line."""
+        """Refuse a row this sharding cannot split into whole blocks a rank, in one line naming sizes that fit."""
         n = self.size
         if self.shard == "per-document":
             return  # documents and the row are padded to fit
-        if self.shard == "headtail":
-            if falls_back(self, seq):
-                return  # PyTorch's default balancer becomes none: the contiguous chunks are counted
-            if (seq // (2 * n)) % block:
-                raise TensorcadError("cp.size", f"head-tail chunks of {seq // (2 * n):,} tokens are not whole "
-                                                f"{block}-token blocks; the engine counts blocks for whole-block chunks")
+        if falls_back(self, seq):
+            return  # PyTorch's default balancer becomes none: the contiguous chunks are counted
+        if _splits(self.shard, n, seq, block):
             return
-        if seq % n:
-            raise TensorcadError("cp.size", f"{n} ranks do not divide the row of {seq:,} tokens")
-        if (seq // n) % block:
-            raise TensorcadError("cp.size", f"each rank's {seq // n:,} tokens are not whole {block}-token blocks "
-                                            f"(PyTorch's CP block mask needs the row divisible by {n} x {block})")
+        if self.shard == "headtail":
+            why = (f"head-tail chunks of {seq // (2 * n):,} tokens are not whole {block}-token blocks; "
+                   "the engine counts blocks for whole-block chunks")
+        elif seq % n:
+            why = f"{n} ranks do not divide the row of {seq:,} tokens"
+        else:
+            why = (f"each rank's {seq // n:,} tokens are not whole {block}-token blocks "
+                   f"(PyTorch's CP block mask needs the row divisible by {n} x {block})")
+        sizes = [k for k in range(2, MAX_SIZE + 1) if _splits(self.shard, k, seq, block)]
+        fit = (f"; {self.shard} splits {seq:,} tokens over {', '.join(map(str, sizes[:8]))} ranks" if sizes
+               else f"; no rank count splits {seq:,} tokens {self.shard} into whole {block}-token blocks")
+        raise TensorcadError("cp.size", why + fit)
 
     def to_json(self) -> dict:
         return {"size": self.size, "shard": self.shard}
@@ -91,6 +95,12 @@ def falls_back(cp: ContextParallel, seq: int) -> bool:
     torch.chunk's pieces of ceil(T/N) tokens, without a word.
     """
     return cp.shard == "headtail" and seq % (2 * cp.size) != 0
+
+
+def _splits(shard: str, n: int, seq: int, block: int) -> bool:
+    """Whether ``n`` ranks split a row of ``seq`` tokens ``shard``-wise into whole blocks a rank (or chunk)."""
+    chunks = 2 * n if shard == "headtail" else n
+    return seq % chunks == 0 and (seq // chunks) % block == 0
 
 
 @dataclass(frozen=True)

@@ -281,6 +281,10 @@ def render(report: Report):
             t.add_row("  lengths", f"{L['documents']:,} documents",
                       f"mean {L['mean']:,.1f}, spread {L['spread']:.3f}, p50 {L['p50']:,}, p90 {L['p90']:,}, "
                       f"p99 {L['p99']:,}, max {L['max']:,}")
+    elif op.packing is not None:
+        # Packed figures never vanish: without a document mask, a packed row costs what one long document does.
+        t.add_row("packed train / token", si(f.train_per_token, "FLOP"),
+                  "no mask reads a documents input: packed documents attend to each other, as one document a row")
     if op.count == "blocks":
         t.add_row("training counts", "whole blocks", "attention as the kernel computes it (--count blocks)")
     if report.cp is not None:

@@ -16,7 +16,7 @@ from typing import Any
 from tensorcad.errors import TensorcadError, one_line, shown
 
 from .operating_point import operating_point
-from .options import EXIT_BAD_INPUT, EXIT_FAILED, console
+from .options import EXIT_BAD_INPUT, EXIT_FAILED, console, design_option
 
 
 def write_output(path: str, text: str, option: str) -> None:
@@ -127,10 +127,9 @@ def cmd_new(args: argparse.Namespace) -> int:
 
 def cmd_analyze(args: argparse.Namespace) -> int:
     from tensorcad.analysis.report import analyze, render
-    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
     from tensorcad.views import answers
 
-    design = load(args.design)
+    design = design_option(args, args.design)
     op = operating_point(args, design)
     if args.json or args.out is not None:
         report = answers.analysis(design, op)  # what the MCP analyze tool returns
@@ -148,11 +147,10 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
 
 def cmd_rules(args: argparse.Namespace) -> int:
-    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
     from tensorcad.rules import check, render
     from tensorcad.views import answers
 
-    design = load(args.design)
+    design = design_option(args, args.design)
     op = operating_point(args, design)
     if args.json:
         diagnostics = answers.diagnostics(design, op)  # what the MCP rules tool returns
@@ -188,6 +186,7 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     text = json.dumps(design, indent=2) + "\n"
     if args.output:
         write_output(args.output, text, "--output")
+        print(f"{args.output}: {design['name']}, imported from {args.config}; next: tensorcad analyze {args.output}")
     else:
         sys.stdout.write(text)
     return 0
@@ -217,6 +216,9 @@ def cmd_editor(args: argparse.Namespace) -> int:
 def cmd_lengths(args: argparse.Namespace) -> int:
     from tensorcad.packing.corpus.histogram import write_histogram
     from tensorcad.packing.corpus.reading import plot
+
+    if args.out and Path(args.out).exists() and not args.force:
+        raise TensorcadError("--out", f"{shown(args.out)} exists; pass --force to replace it, or -o another file")
     from tensorcad.views.answers import lengths_summary
 
     counted = _merged(args) if args.merge else _counted(args)

@@ -42,7 +42,9 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
     g.add_argument("--count", choices=COUNTS, default="kept",
                    help="count training attention from the scores the mask keeps (kept, the default) or "
                         "from the whole blocks a kernel computes (blocks); see docs/packing.md")
+    by_case = {name.lower(): name for name in HARDWARE}  # h100 is H100: the names are not case-sensitive
     g.add_argument("--hardware", default=DEFAULTS["hardware"], choices=sorted(HARDWARE),
+                   type=lambda text: by_case.get(text.lower(), text),
                    help=f"accelerator (default {DEFAULTS['hardware']})")
     g.add_argument("--gpus", type=integer, default=DEFAULTS["gpus"], help=f"accelerators (default {DEFAULTS['gpus']:,})")
     g.add_argument("--mfu", type=real, default=DEFAULTS["mfu"], help=f"model FLOP utilisation (default {DEFAULTS['mfu']})")

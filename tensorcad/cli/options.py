@@ -10,6 +10,7 @@ import argparse
 import math
 import re
 import sys
+from pathlib import Path
 
 from tensorcad.errors import shown
 
@@ -64,6 +65,63 @@ def packing_option(args: argparse.Namespace):
                       lengths=getattr(args, "pack_lengths", None), strategy=getattr(args, "pack_strategy", None),
                       lengths_path="--pack-lengths", strategy_path="--pack-strategy",
                       column=getattr(args, "pack_lengths_column", None))
+
+
+def add_import_options(p: argparse.ArgumentParser) -> None:
+    """--documents/--positions: how a Hugging Face config is imported where a command takes a DESIGN."""
+    g = p.add_argument_group("a Hugging Face config or model directory")
+    g.add_argument("--documents", action="store_true",
+                   help="import it with the document mask: packed documents never see each other (as "
+                        "DataCollatorWithFlattening's position_ids with use_cache=False give)")
+    g.add_argument("--positions", action="store_true",
+                   help="import it reading positions that restart per document")
+
+
+def design_option(args: argparse.Namespace, source: str):
+    """The design a DESIGN argument names, a Hugging Face config imported as --documents/--positions say.
+
+    Packing asked of a config imported without --documents is said in one line on stderr:
+    which packing the figures assume, and how to ask for the other."""
+    from tensorcad.hf import load_design, looks_like_config
+
+    from tensorcad.errors import TensorcadError, one_line
+
+    documents, positions = getattr(args, "documents", False), getattr(args, "positions", False)
+    try:
+        design = load_design(source, documents=documents, positions=positions)
+    except TensorcadError as error:
+        # A design file's error names the file, as validate's does (a preset's or a config's already does).
+        if not Path(source).is_file() or str(error).startswith(source) or error.path.startswith("--"):
+            raise
+        raise TensorcadError(f"{one_line(source)}: {error.path}" if error.path else one_line(source),
+                             error.message) from None
+    packed = getattr(args, "pack", None) is not None or getattr(args, "pack_lengths", None) is not None
+    if packed and not documents and looks_like_config(source):
+        sys.stderr.write(f"tensorcad: note: {source} imported without --documents: packed documents see each "
+                         "other (transformers with a cache or a 2D attention_mask); for "
+                         "DataCollatorWithFlattening's position_ids with use_cache=False, pass --documents "
+                         "--positions\n")
+    return design
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    """certify's options for a user's own model: which, packed how, on what (and the import flags)."""
+    g = p.add_argument_group("your own model (a Hugging Face model directory, or --model)")
+    g.add_argument("--model", metavar="PKG.MODULE:FACTORY",
+                   help="certify what this factory returns (a transformers model, or model_fn(ids, documents, "
+                        "positions)), as ini tensorcad_models does")
+    g.add_argument("--packing", choices=("position_ids", "mask", "flash_kwargs"), default="position_ids",
+                   help="how you pass packed documents: the collator's position_ids (the cache as the config "
+                        "says), a 4D document mask, or flash attention's cu_seq_lens (default position_ids)")
+    g.add_argument("--collator", metavar="PKG.MODULE:FACTORY",
+                   help="pack the batch with this collator (transformers:DataCollatorWithFlattening)")
+    g.add_argument("--replica", action="store_true",
+                   help="certify a small random model of the same config (2 layers of width 64) instead of "
+                        "the weights; automatic past 200M parameters")
+    g.add_argument("--documents", action="store_true",
+                   help="certify the design tensorcad imports from the config, with the document mask, "
+                        "instead of the model (the design checks)")
+    g.add_argument("--positions", action="store_true", help="the imported design reads restarting positions")
 
 
 def add_certify_options(p: argparse.ArgumentParser) -> None:

@@ -81,8 +81,10 @@ class _PlainProgress:
         import time
 
         now = time.monotonic()
+        if self.stage is None:
+            self.started = now  # one clock for the run: stage names change at every check
         if name != self.stage:
-            self.stage, self.started, self.last, self.shown = name, now, 0.0, -1
+            self.stage, self.last, self.shown = name, 0.0, -1
         tenth = done * 10 // max(count, 1)
         if tenth == self.shown and now - self.last < self.every:
             return
@@ -97,12 +99,16 @@ class _PlainProgress:
 # -- verify ----------------------------------------------------------------------------
 
 
-def _settings_line(settings, design) -> str:
-    """What a run certified at: the operating point and scale, printed above its table."""
+def _settings_line(settings, design, params: int | None = None) -> str:
+    """What a run certified at: the operating point and scale, printed above its table.
+
+    ``params``: what the built model counted (verify), said once beside the size asked for."""
     seq = settings.for_design(design).seq
     pack = ("packing off" if settings.pack is None
             else f"documents averaging {settings.pack:g} tokens (spread {settings.spread:g})")
-    return (f"at seq {seq}, {pack}, scaled to about {settings.params:,} parameters, seed {settings.seed}, "
+    scale = (f"scaled to about {settings.params:,} parameters" if params is None
+             else f"scaled to {params:,} parameters (asked for about {settings.params:,})")
+    return (f"at seq {seq}, {pack}, {scale}, seed {settings.seed}, "
             f"{settings.rows} rows; block counts over {settings.block_rows} engine rows")
 
 
@@ -127,8 +133,7 @@ def verify(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(report.to_json())
     else:
-        title = (f"{report.design} scaled to {report.params:,} parameters, "
-                 f"{_settings_line(report.settings, design)}")
+        title = f"{report.design} {_settings_line(report.settings, design, report.params)}"
         console = _console()
         console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message)
                                             for c in report.checks]))
@@ -140,23 +145,37 @@ def verify(args: argparse.Namespace) -> int:
 
 
 def certify(args: argparse.Namespace) -> int:
-    """The checks `pytest --tensorcad` runs (the runtime's registry), without pytest."""
+    """The checks `pytest --tensorcad` runs (the runtime's registry), without pytest.
+
+    A design gets the design checks; a Hugging Face model directory (or ``--model``)
+    gets the model certificates, run on transformers' model with the user's weights.
+    """
     from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
-    from tensorcad.runtime.certification.registry import run_checks
+    from tensorcad.hf import looks_like_config
+    from tensorcad.runtime.certification.registry import MODEL_CHECKS, run_checks
     from tensorcad.views.answers import certify_checks, certify_subject
 
-    # Goldens are snapshot files a pytest run owns (and updates with --snapshot-update).
-    names = certify_checks()
-    designs = [load(name) for name in args.designs]  # every name checked before any runs
+    if not args.designs and args.model is None:
+        raise TensorcadError("certify", "name a design, a model directory or --model pkg.module:factory")
     settings = settings_option(args)
+    imported = args.documents or args.positions  # the design tensorcad imports, not the user's model
+    models = [name for name in args.designs if looks_like_config(name) and not imported]
+    # every name checked before any runs
+    designs = [load(name, documents=args.documents, positions=args.positions) for name in args.designs
+               if name not in models]
     # bad input (a seq the scaled model cannot hold) is one line and exit 2, not a table of failures
     subjects = [certify_subject(design, settings) for design in designs]
+    pretrained = [_model_subject(name, settings, args) for name in models]
+    if args.model is not None:
+        pretrained.append(_model_subject(args.model, settings, args, factory=True))
+    runs = [(s, certify_checks(), s.design.name) for s in subjects]
+    runs += [(p.subject, MODEL_CHECKS, p.subject.name) for p in pretrained]
     results = []
-    for subject in subjects:
+    for subject, names, label in runs:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             checks = _with_progress(args.json, len(names), lambda progress: run_checks(
-                subject, names, _prefixed(subject.design.name, progress)))
+                subject, names, _prefixed(label, progress)))
         results.append((subject, checks))
     failed = any(c.status == "failed" for _, checks in results for c in checks)
     if args.json:
@@ -165,15 +184,45 @@ def certify(args: argparse.Namespace) -> int:
         _print_json([certificate(s, checks) for s, checks in results])
         return EXIT_FAILED if failed else 0
     console = _console()
-    for subject, checks in results:
-        title = f"{subject.design.name} {_settings_line(subject.settings, subject.design)}"
-        console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message) for c in checks]))
-        _print_failures(console, checks)
     from rich.markup import escape
 
-    console.print(escape("golden[analysis], golden[rules], golden[codegen] run under pytest only "
-                         "(pytest --tensorcad DIR): goldens are snapshot files a test run owns"))
+    for index, (subject, checks) in enumerate(results):
+        model = index >= len(subjects)
+        if model:
+            title = _model_title(pretrained[index - len(subjects)])
+        else:
+            title = f"{subject.design.name} {_settings_line(subject.settings, subject.design)}"
+        console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message) for c in checks]))
+        _print_failures(console, checks)
+        if model and any(c.status == "failed" for c in checks):
+            from tensorcad.runtime.certification.pretrained import hints
+
+            for line in hints(pretrained[index - len(subjects)]):
+                console.print(f"[bold]what to change:[/] {escape(line)}")
+    if subjects:
+        console.print(escape("golden[analysis], golden[rules], golden[codegen] run under pytest only "
+                             "(pytest --tensorcad DIR): goldens are snapshot files a test run owns"))
     return EXIT_FAILED if failed else 0
+
+
+def _model_subject(name: str, settings, args: argparse.Namespace, factory: bool = False):
+    """A model directory or ``pkg.module:factory`` as the model certificates' subject."""
+    from tensorcad.runtime.certification.pretrained import factory_subject, made_by, pretrained_subject
+
+    collator = made_by(args.collator, "--collator") if args.collator else None
+    if factory:
+        return factory_subject(name, settings, packing=args.packing, collator=collator)
+    return pretrained_subject(name, settings, packing=args.packing, replica=args.replica, collator=collator)
+
+
+def _model_title(pretrained) -> str:
+    s = pretrained.subject.settings
+    pack = ("packing off" if s.pack is None
+            else f"documents averaging {s.pack:g} tokens (spread {s.spread:g})")
+    packed = (f"packed by {pretrained.packing}" if pretrained.subject.collator is None
+              else "packed by the collator")
+    return (f"{pretrained.subject.name}: transformers' {type(pretrained.model).__name__}, {pretrained.weights}, "
+            f"{packed}; at seq {s.seq}, {pack}, seed {s.seed}, {s.rows} rows")
 
 
 def _prefixed(name: str, progress):
@@ -190,6 +239,9 @@ def smoke_train(args: argparse.Namespace) -> int:
     from tensorcad.runtime.training.smoke import smoke_train as run_training
 
     design = load(args.design)
+    for option in ("rows", "seq"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            raise TensorcadError(f"--{option}", f"expected an integer >= 1, got {getattr(args, option)}")
     if getattr(args, "corpus", None) is not None:
         from tensorcad.runtime.training.corpus import train_on_corpus
 
@@ -201,7 +253,8 @@ def smoke_train(args: argparse.Namespace) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = _with_progress(args.json, args.steps, lambda progress: run_training(
-            design, steps=args.steps, params=args.params, seed=args.seed, progress=progress))
+            design, steps=args.steps, params=args.params, seed=args.seed, rows=args.rows, seq=args.seq,
+            progress=progress))
     if args.json:
         _print_json(result.to_json())
     else:

@@ -17,7 +17,7 @@ from tensorcad.errors import TensorcadError
 from tensorcad.views.mask_image import drawing
 
 from .operating_point import add_operating_point, operating_point
-from .options import console, integer
+from .options import add_import_options, console, design_option, integer
 
 
 def _write_json(data) -> None:
@@ -25,10 +25,9 @@ def _write_json(data) -> None:
 
 
 def cmd_walkthrough(args: argparse.Namespace) -> int:
-    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
     from tensorcad.views import answers
 
-    design = load(args.design)
+    design = design_option(args, args.design)
     steps = answers.walkthrough(design, operating_point(args, design))
     if args.json:
         _write_json(steps)
@@ -42,10 +41,9 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
 
 
 def cmd_mask_preview(args: argparse.Namespace) -> int:
-    from tensorcad.hf import load_design as load  # a Hugging Face config is a design too
     from tensorcad.views import answers
 
-    design = load(args.design)
+    design = design_option(args, args.design)
     try:
         preview = answers.mask_preview(design, operating_point(args, design), args.attention, args.cells, args.head)
     except TensorcadError as e:  # name the option the user typed
@@ -62,6 +60,7 @@ def add_view_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
                 cmd_walkthrough)
     p.add_argument("design")
     add_operating_point(p)
+    add_import_options(p)
     p.add_argument("--json", action="store_true", help="print the steps as JSON")
     p = command("mask-preview", "Draw what one attention's mask keeps over one row (a sampled row under --pack).",
                 cmd_mask_preview)
@@ -70,4 +69,5 @@ def add_view_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     p.add_argument("--attention", type=integer, default=0, help="which attention, in design order (default 0)")
     p.add_argument("--cells", type=integer, default=None, help="cells a side of the JSON grid (default 128, at most 256)")
     p.add_argument("--head", type=integer, default=0, help="which head (default 0)")
+    add_import_options(p)
     p.add_argument("--json", action="store_true", help="print the kept fraction of every cell as JSON")

@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..errors import TensorcadError
+from ..errors import TensorcadError, shown
 from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
 from .config import Disposition, Reader, looks_like_config, read_config
 from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
@@ -74,16 +74,28 @@ def import_hf(source: str | Path, *, documents: bool = False, positions: bool = 
     if name is None:
         folder = Path(where).parent.name
         name = folder if folder and folder not in (".", "..") else None
+        if name is None:
+            origin = config.get("_name_or_path") if isinstance(config, dict) else None
+            origin = Path(origin).name if isinstance(origin, str) and origin.strip("/") else None
+            name = origin or (config.get("model_type") if isinstance(config, dict) else None)
+        # Two imports of one config are two designs: their goldens and caches must not share a name.
+        if isinstance(name, str):
+            name += ("-documents" if documents else "") + ("-positions" if positions else "")
     return design_from_config(config, documents=documents, positions=positions, name=name, where=where)
 
 
-def load_design(source):
+def load_design(source, *, documents: bool = False, positions: bool = False):
     """`tensorcad.load`, but a Hugging Face config.json or model directory is imported first.
 
     What the CLI calls wherever it takes a DESIGN, so `analyze`, `rules`, `codegen` and
-    `certify` read a model someone already has."""
+    `certify` read a model someone already has; ``documents`` and ``positions`` are
+    `import_hf`'s (the CLI's ``--documents``, ``--positions``), for a config only."""
     from ..design import load
 
     if isinstance(source, (str, Path)) and looks_like_config(source):
-        return load(import_hf(source))
+        return load(import_hf(source, documents=documents, positions=positions))
+    if documents or positions:
+        flag = "--documents" if documents else "--positions"
+        raise TensorcadError(flag, f"imports a Hugging Face config with that input; {shown(str(source))} is not "
+                                   "a config.json or model directory (a design's inputs are its own)")
     return load(source)

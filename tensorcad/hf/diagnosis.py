@@ -51,6 +51,25 @@ def _restarts(positions: Any) -> bool:
     return bool((torch.diff(positions, dim=-1) != 1).any())
 
 
+def _documents_as_mask(mask: Any, position_ids: Any) -> bool:
+    """Whether a 2D attention_mask is document ids (0, 1, 2, ... a row), not a padding mask of 0s and 1s."""
+    import torch
+
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 2 or mask.is_floating_point() or mask.dtype == torch.bool:
+        return False
+    if bool((torch.diff(mask, dim=-1) < 0).any()):
+        return False  # document ids only grow along a row
+    if int(mask.max()) > 1:
+        return True
+    # 0s then 1s is left padding too; it is two documents when the positions restart where the value changes.
+    # (Left padding's positions stand still over the pads; packed documents' count up inside each.)
+    changes = torch.diff(mask, dim=-1) != 0
+    if not (bool(changes.any()) and isinstance(position_ids, torch.Tensor) and position_ids.shape == mask.shape):
+        return False
+    steps = torch.diff(position_ids, dim=-1)
+    return bool((position_ids[:, 1:][changes] == 0).all()) and bool((steps[~changes] == 1).all())
+
+
 def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str | None:
     """The setting to change, given the keywords a Hugging Face model was called with; None if none is known."""
     import torch
@@ -67,6 +86,14 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
             return (f"{name} is an encoder: transformers' bidirectional mask never reads packing from "
                     "position_ids; pass a 4D document mask (harness.hf_causal_lm(model, packing='mask'))")
         return None
+    if _documents_as_mask(mask, position_ids):
+        return ("the attention_mask holds document ids, but transformers reads a 2D attention_mask as padding "
+                "(1 keep, 0 drop), never as documents: pass the documents as restarting position_ids and no "
+                "attention_mask (harness.hf_causal_lm(model)), or a 4D document mask")
+    if mask is None and position_ids is None:
+        return ("pass position_ids: without them transformers counts positions straight through the row and "
+                "cannot see where documents begin (the collator's position_ids, or "
+                "tensorcad.packing.positions_of(documents)), with use_cache=False")
     if isinstance(mask, torch.Tensor) and mask.dim() == 2 and bool((mask == 1).all()) and packed:
         return ("drop the all-ones attention_mask: transformers detects packed documents from restarting "
                 "position_ids only when attention_mask is None")

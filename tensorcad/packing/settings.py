@@ -85,7 +85,7 @@ class Packing:
     documents a bin-packing strategy packs at once.
     """
 
-    mean: float | None
+    mean: float | None = None  # Packing(lengths=L) alone: the lengths' own mean
     spread: float | None = 1.0
     lengths: Lengths | None = None
     strategy: str = "stream"

@@ -39,7 +39,7 @@ def _least(design: Design, op, context, cp) -> str:
     if flops >= cp.train_per_token:
         return f"{op.cp.shard} is already the sharding with the least predicted compute for {what}"
     return (f"the least predicted compute for {what}: {shard} (slowest rank {ratio:.2f}x the mean, "
-            f"{cp.train_per_token / flops:.2f}x less training compute a token)")
+            f"training compute a token cut by {1 - flops / cp.train_per_token:.1%})")
 
 
 @rule("cp-imbalance", "warn", f"context parallelism whose slowest rank computes more than {WARN_RATIO:.2f}x "
@@ -71,8 +71,8 @@ def cp_imbalance(design: Design, op, context) -> Iterator[Diagnostic]:
     better = [a for a in _alternatives(design, op, context) if a[0] < cp.train_per_token]
     if better:
         flops, ratio, shard = better[0]
-        message += (f"; {shard} would give {ratio:.2f} and {cp.train_per_token / flops:.2f}x less "
-                    "training compute a token")
+        message += (f"; {shard} sharding would bring the slowest rank to {ratio:.2f}x the mean and cut the "
+                    f"training compute a token by {1 - flops / cp.train_per_token:.1%}")
     else:
         message += "; no other sharding does better for this packing"
     yield Diagnostic("cp-imbalance", "warn", message, "cp")

@@ -19,9 +19,11 @@ def packing_unused(design: Design, op, context) -> Iterator[Diagnostic]:
     if context.report().packed is None:
         yield Diagnostic(
             "packing-unused", "note",
-            f"packing ({op.packing.mean:g}-token documents) is set, but no mask reads a documents input, "
-            "so attention crosses documents and the figures are those of one document a row "
-            "(Llama 3 found the mask optional at ordinary lengths)",
+            f"packing ({op.packing.mean:g}-token documents) is set, but no mask reads a documents input: "
+            "this design's attention crosses documents, so its figures are those of one document a row "
+            "(Llama 3 found the mask optional at ordinary lengths)"
+            + ("; a model trained with the document mask (DataCollatorWithFlattening's position_ids and "
+               "use_cache=False) is imported with --documents --positions" if "hf" in design.source else ""),
             "packing",
         )
 

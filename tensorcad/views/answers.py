@@ -131,8 +131,9 @@ def lengths_summary(lengths) -> dict:
 
 
 def certificate(subject, checks) -> dict:
-    """One design's certification: whether it passed, at which settings, and each check's outcome."""
-    return {"design": subject.design.name, "passed": all(c.status != "failed" for c in checks),
+    """One design's (or model's) certification: whether it passed, at which settings, and each check's outcome."""
+    name = subject.design.name if subject.design is not None else subject.name
+    return {"design": name, "passed": all(c.status != "failed" for c in checks),
             "settings": subject.settings.to_json(), "checks": [c.to_json() for c in checks]}
 
 

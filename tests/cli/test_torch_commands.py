@@ -171,3 +171,37 @@ def test_plain_progress_shows_a_tenth_at_a_time():
     assert [line.split(",")[0] for line in lines] == [
         "tensorcad: training 1/1000", *(f"tensorcad: training {k}/1000" for k in range(100, 1001, 100)),
         "tensorcad: isolation[eager] 0/3"]
+
+
+def test_plain_progress_keeps_one_clock_when_the_stage_name_changes(monkeypatch):
+    # certify's stage is "design: check", a new name at every check: the clock restarted at each, "0 s".
+    import io
+    import time
+
+    from tensorcad.cli.torch_commands import _PlainProgress
+
+    now = iter([100.0, 110.0, 130.0, 160.0])
+    monkeypatch.setattr(time, "monotonic", lambda: next(now))
+    out = io.StringIO()
+    progress = _PlainProgress(out)
+    for done, name in enumerate(("rules", "isolation[eager]", "isolation[flex]", "done")):
+        progress(f"nano-sort: {name}", done, 3)
+    assert out.getvalue().splitlines() == [
+        "tensorcad: nano-sort: rules 0/3, 0 s",
+        "tensorcad: nano-sort: isolation[eager] 1/3, 10 s, about 20 s left",
+        "tensorcad: nano-sort: isolation[flex] 2/3, 30 s, about 15 s left",
+        "tensorcad: nano-sort: done 3/3, 60 s"]
+
+
+def test_verify_title_says_the_scale_once(only, capsys):
+    only("forward")
+    assert main(["verify", "nano-sort", "--seq", "64", "--params", "150000"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    from tensorcad.runtime.building.scaling import scale  # no torch: what the built model is scaled to
+
+    import tensorcad
+
+    params = tensorcad.analyze(scale(tensorcad.load("nano-sort"), 150_000)).params.total
+    assert f"nano-sort at seq 64, documents averaging 96 tokens (spread 1), scaled to {params:,} parameters " \
+           f"(asked for about 150,000), seed 0" in out
+    assert out.count("parameters") == 1

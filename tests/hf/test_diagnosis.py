@@ -65,3 +65,40 @@ def test_a_model_the_function_reads_from_its_module_is_found(llama):
         return GLOBAL_LLAMA(input_ids=ids).logits
 
     assert reachable_hf_models(model_fn) == [llama]
+
+
+def _leak_established(llama, model_fn, ids, documents, positions):
+    from hf_setups import alone_gaps
+
+    assert max(alone_gaps(llama, model_fn, ids, documents, positions)) > 1e-3  # it does leak, seen here
+
+
+def test_position_ids_left_out_are_named(llama):
+    # Before: the generic leak text only.
+    ids, documents, positions, _ = collated()
+
+    def model_fn(ids, documents, positions):
+        return llama(input_ids=ids, use_cache=False).logits
+
+    _leak_established(llama, model_fn, ids, documents, positions)
+    with pytest.raises(AssertionError, match=r"LlamaForCausalLM: pass position_ids: without them transformers "
+                                             r"counts positions straight through the row"):
+        assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)
+
+
+def test_documents_passed_as_the_attention_mask_are_named(llama):
+    ids, documents, positions, _ = collated()
+
+    def model_fn(ids, documents, positions):
+        return llama(ids, documents, positions, use_cache=False).logits  # input_ids, attention_mask, position_ids
+
+    _leak_established(llama, model_fn, ids, documents, positions)
+    with pytest.raises(AssertionError, match=r"the attention_mask holds document ids, but transformers reads a 2D "
+                                             r"attention_mask as padding"):
+        assert_isolated(model_fn, ids, documents, positions, vocab=128, boundaries=False)
+    # A real padding mask (left padding: 0s then 1s, positions not restarting there) is not taken for documents.
+    from tensorcad.hf.diagnosis import _documents_as_mask
+
+    padding = torch.tensor([[0, 0, 1, 1, 1]])
+    assert not _documents_as_mask(padding, torch.tensor([[0, 0, 0, 1, 2]]))
+    assert _documents_as_mask(padding, torch.tensor([[0, 1, 0, 1, 2]]))

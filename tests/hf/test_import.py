@@ -168,7 +168,9 @@ def test_import_hf_writes_a_design_from_a_directory(tmp_path):
     assert run.returncode == 0, run.stderr
     design = json.loads(out.read_text())
     assert design == import_hf(folder, documents=True, positions=True)
-    assert design["name"] == "tiny-llama" and set(design["inputs"]) == {"ids", "documents", "positions"}
+    # Named apart from the plain import (issue 33): the two designs' goldens must not share a name.
+    assert design["name"] == "tiny-llama-documents-positions"
+    assert set(design["inputs"]) == {"ids", "documents", "positions"}
 
 
 def test_commands_take_a_config_where_they_take_a_design(tmp_path):
@@ -194,8 +196,10 @@ def test_the_cli_refuses_a_bad_config_in_one_line(tmp_path):
 
 
 def test_certify_takes_a_model_directory(tmp_path):
+    # --positions (or --documents): the design checks on the imported design; without either, the
+    # directory's own model is certified (tests/hf/test_certify_model_dir.py).
     tiny_config(transformers, "gpt2").save_pretrained(tmp_path)
-    run = _cli("certify", str(tmp_path), "--json")
+    run = _cli("certify", str(tmp_path), "--positions", "--json")
     assert run.returncode == 0, run.stderr
     (result,) = json.loads(run.stdout)
     outcomes = {c["name"]: c["outcome"] for c in result["checks"]}
@@ -292,3 +296,39 @@ def test_a_llama_3_1_hub_file_imports_its_rope_scaling():
 def test_what_a_newer_family_has_that_the_language_cannot_say_is_one_line_naming_it(family, change, path):
     config = {**tiny_config(transformers, family).to_dict(), **change}
     assert _refused(config).startswith(f"{path}: ")
+
+
+def test_llama_3_1s_saved_config_imports_its_llama3_scaling(tmp_path):
+    # A saved config sorts its keys ('factor' before 'rope_type'): the type is read first all the same.
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                      num_attention_heads=2, rope_parameters={
+                                          "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                          "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                          "original_max_position_embeddings": 8192})
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())["rope_parameters"]
+    assert list(saved)[0] != "rope_type"  # the order that once named 'factor' first
+    want = {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+            "original_context": 8192}
+    rope = tensorcad.load(import_hf(tmp_path)).nodes[1].children[0].child("attention").child("rope_q").params
+    assert rope["theta"] == 500000.0 and rope["scaling"] == want
+    older = {k: v for k, v in saved.items() if k != "rope_theta"}  # older files: rope_scaling beside rope_theta
+    design = design_from_config({**config.to_dict(), "rope_parameters": None, "rope_theta": 5e5,
+                                 "rope_scaling": older})
+    rope = tensorcad.load(design).nodes[1].children[0].child("attention").child("rope_q").params
+    assert rope["theta"] == 500000.0 and rope["scaling"] == want
+
+
+def test_the_supported_families_are_the_same_list_in_the_docs_the_help_and_the_refusal(capsys):
+    from pathlib import Path
+
+    from tensorcad.cli import main
+    from tensorcad.hf import SUPPORTED
+
+    assert "gemma2" in SUPPORTED
+    docs = (Path(__file__).parents[2] / "docs" / "huggingface.md").read_text()
+    assert f"(supported: {', '.join(SUPPORTED)})" in docs
+    assert all(f"| `{family}` |" in docs for family in SUPPORTED)
+    with pytest.raises(SystemExit):
+        main(["import-hf", "--help"])
+    assert f"model_type {', '.join(SUPPORTED)}" in " ".join(capsys.readouterr().out.split())

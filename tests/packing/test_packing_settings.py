@@ -279,3 +279,18 @@ def test_lengths_are_read_from_a_path_or_a_parquet_column(tmp_path):
     table = tmp_path / "docs.parquet"
     pq.write_table(pa.table({"tokens": [50, 50, 50, 300]}), table)
     assert packing_of(None, lengths=table, column="tokens").mean == 112.5
+
+
+def test_packing_takes_lengths_alone_and_prints_them_as_a_summary():
+    # Before: Packing(lengths=L, strategy="bfd") raised TypeError (missing 'mean'); print(L) printed every length.
+    rng = np.random.default_rng(0)
+    documents = rng.integers(1, 5000, size=20_000)
+    lengths = Lengths.of(documents, source="corpus.jsonl")
+    packing = Packing(lengths=lengths, strategy="bfd")
+    assert packing.mean == pytest.approx(documents.mean(), rel=1e-12) and packing.strategy == "bfd"
+    assert packing.spread == pytest.approx(documents.std() / documents.mean(), rel=1e-9)
+    text = repr(lengths)
+    assert text == (f"Lengths(20,000 documents, mean {documents.mean():,.1f}, spread "
+                    f"{documents.std() / documents.mean():.3f}, lengths {documents.min():,}..{documents.max():,}, "
+                    "source='corpus.jsonl')")
+    assert len(repr(packing)) < 300

@@ -42,6 +42,12 @@ class Lengths:
     counts: tuple[int, ...]
     source: str = field(default="", compare=False)
 
+    def __repr__(self) -> str:
+        # A corpus holds thousands of lengths: printed, it is its summary, not every number.
+        where = f", source={self.source!r}" if self.source else ""
+        return (f"Lengths({self.documents:,} documents, mean {self.mean:,.1f}, spread {self.spread:.3f}, "
+                f"lengths {self.values[0]:,}..{self.values[-1]:,}{where})")
+
     def __post_init__(self) -> None:
         values = tuple(int(v) for v in self.values)
         counts = tuple(int(c) for c in self.counts)
@@ -373,6 +379,9 @@ def load_lengths(file: str | Path, column: str | None = None) -> Lengths:
         raise TensorcadError(name, f"is {size / 2**30:.1f} GiB; more than {MAX_FILE_BYTES >> 30} GiB of lengths "
                                    "is too large (write a histogram: tensorcad lengths)")
     suffix = path.suffix.lower()
+    corpus = f"count a corpus's lengths first: tensorcad lengths {name} (then --pack-lengths lengths.json)"
+    if suffix in (".jsonl", ".ndjson"):
+        raise TensorcadError(name, f"is a corpus (JSON lines of text), not a file of lengths; {corpus}")
     if suffix == ".npy":
         return _npy_list(path, name)
     if suffix == ".parquet":
@@ -381,7 +390,14 @@ def load_lengths(file: str | Path, column: str | None = None) -> Lengths:
         if suffix == ".json":
             return _json_histogram(path.read_text(encoding="utf-8"), name)
         with path.open(encoding="utf-8") as lines:
-            return _csv_histogram(lines, name) if suffix == ".csv" else _text_list(lines, name)
+            if suffix == ".csv":
+                return _csv_histogram(lines, name)
+            try:
+                return _text_list(lines, name)
+            except TensorcadError as error:  # text, not lengths: most likely the corpus itself
+                if not error.message.endswith("is not a number"):
+                    raise
+                raise TensorcadError(error.path, f"{error.message}; {corpus}") from None
     except UnicodeDecodeError:
         raise TensorcadError(name, "is not UTF-8 text") from None
     except OSError as e:

@@ -9,6 +9,8 @@
   it), ``boundaries`` (a boundary moved moves nothing after it),
   ``faithful`` (each document as if run alone), ``gradients`` (no gradient
   crosses documents); ``model_subject``: a user's own model as their subject;
+  ``pretrained``: a Hugging Face model directory (or a factory) as that subject,
+  called the way it is trained (``tensorcad certify MODEL_DIR``);
   ``model_calls``: what the model returns read as outputs, what it raises as one
   line; ``causes``: the one cause of a failure, with its hint;
 - the training step's certificates (``step_certificates``: ``certify_step``
@@ -95,6 +97,9 @@ _LAZY = {
     "import_factory": ".model_subject:import_factory",
     "collated_batch": ".model_subject:collated_batch",
     "vocab_of_model": ".model_subject:vocab_of_model",
+    "Pretrained": ".pretrained:Pretrained",
+    "pretrained_subject": ".pretrained:pretrained_subject",
+    "factory_subject": ".pretrained:factory_subject",
     # the training step, on any model and a batch dict
     "STEP_CHECKS": ".certificates:STEP_CHECKS",
     "certify_step": ".step_certificates:certify_step",

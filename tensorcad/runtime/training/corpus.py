@@ -178,6 +178,7 @@ class CorpusResult:
     probe_own: float  # largest |gradient| on its own (so the probe could have seen a leak)
     probe_documents: int
     seconds: float
+    unit: str = "UTF-8 bytes; tensorcad lengths --by bytes counts the same"  # what a token is, without a tokenizer
 
     @property
     def initial_loss(self) -> float:
@@ -209,7 +210,7 @@ class CorpusResult:
         probe = ("exactly zero" if self.probe_cross == 0.0 else f"{self.probe_cross:.3g} (LEAK)")
         return (f"{self.design}: {self.params:,} parameters, {self.steps} steps of {self.rows} x {self.seq} tokens "
                 f"in {self.seconds:.0f} s\n"
-                f"corpus {self.corpus}: {self.documents:,} documents, {self.tokens:,} tokens, "
+                f"corpus {self.corpus}: {self.documents:,} documents, {self.tokens:,} tokens ({self.unit}), "
                 f"packed {self.strategy} ({self.padding:.1%} padding)\n"
                 f"loss {verdict}: {self.initial_loss:.3f} -> {self.final_loss:.3f}\n"
                 f"gradient probe over {self.probe_documents} documents of one row: one document's loss on "
@@ -238,7 +239,8 @@ def train_on_corpus(design: Design | str, corpus: str | Path, *, tokenizer: str 
     start = time.perf_counter()
     model = build(small, form="eager", seed=seed)
     vocab = model.config.vocab_size
-    seq = min(seq or 128, small.context)
+    rows = check_integer(rows, "rows", 1, 1024)
+    seq = min(check_integer(seq, "seq", 2, 1 << 16) if seq is not None else 128, small.context)
     tokens = tokenize(corpus, tokenizer, field)
     packed = pack_corpus(Tokenized(into_vocabulary(tokens.ids, vocab), tokens.starts), seq, strategy)
     wants_positions = design.input("positions") is not None
@@ -262,7 +264,8 @@ def train_on_corpus(design: Design | str, corpus: str | Path, *, tokenizer: str 
     real = packed.real.mean()
     return CorpusResult(small.name, str(corpus), strategy, sum(p.numel() for p in model.parameters()), steps,
                         rows, seq, len(tokens.lengths), int(len(tokens.ids)), float(1 - real), tuple(losses),
-                        cross, own, count, time.perf_counter() - start)
+                        cross, own, count, time.perf_counter() - start,
+                        *(("the tokenizer's",) if tokenizer is not None else ()))
 
 
 def gradient_probe(model, tensors: dict[str, torch.Tensor], scored: torch.Tensor) -> tuple[float, float, int]:

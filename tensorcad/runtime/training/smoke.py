@@ -142,9 +142,10 @@ def _loss(model, batch: SortBatch, documents: bool, positions: bool) -> torch.Te
 
 
 def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_000, seed: int = 0,
-                rows: int = ROWS, progress=None) -> TrainResult:
+                rows: int = ROWS, seq: int | None = None, progress=None) -> TrainResult:
     """Train ``design`` scaled to about ``params`` parameters for ``steps`` AdamW steps on sorting.
 
+    Rows of ``seq`` tokens (default 128, or the scaled design's context if shorter).
     ``progress(name, done, total, note)``, when given, hears of every step and its loss (the CLI's progress).
     """
     from tensorcad.runtime.building.generated import build
@@ -160,7 +161,8 @@ def smoke_train(design: Design | str, *, steps: int = 300, params: int = 2_000_0
     digits = min(10, vocab - 1)
     if digits < 2:
         raise TensorcadError("vocab", f"{small.name} has {vocab} tokens; sorting needs at least 3")
-    seq = min(MAX_SEQ, small.context)
+    check_integer(rows, "rows", 1, 1024)
+    seq = min(check_integer(seq, "seq", 2, 1 << 16) if seq is not None else MAX_SEQ, small.context)
     rng = np.random.default_rng(seed)
     losses = train_steps(model, steps, lambda step: _loss(model, sort_batch(rng, rows, seq, digits), documents,
                                                         positions), progress)

@@ -1,0 +1,131 @@
+"""`check_batch` and `packing_path`: the guard on one batch, for a plain loop, a callback or a test.
+
+``packing_path(model, batch)`` runs one recorded forward (no gradient) and
+names the path each attention layer took. ``check_batch(model, batch)`` adds
+the batch audit, the verdicts, and (``certify_on``: a replica of the model, or
+a model small enough) the training step's certificates on the user's real
+batch. A callback that already recorded the real step passes its ``calls``,
+and no forward runs here at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .audit import Finding, audit_batch, documents_of
+from .path import LayerPath, paths_of, summarize
+from .recording import AttentionCall, recording
+from .verdicts import verdicts
+
+# The step certificates a guard runs by default: a label crossing a boundary, a loss not the documents'
+# own. Gradients and accumulation cost a backward each per document; ask for them by name.
+CERTIFICATES = ("step[labels]", "step[loss]")
+# Keywords a loop adds to the forward that are no part of the batch the certificates read.
+NOT_BATCH = ("use_cache", "past_key_values", "cache", "fused_lm_head", "num_items_in_batch", "return_dict",
+             "output_attentions", "output_hidden_states")
+
+
+class GuardError(RuntimeError):
+    """A guarded batch failed; ``report`` holds the path, the findings and the certificates."""
+
+    def __init__(self, report: GuardReport, where: str = ""):
+        self.report = report
+        super().__init__((f"{where}: " if where else "") + report.message())
+
+
+@dataclass(frozen=True)
+class PathReport:
+    """Each attention call's path in one forward, and their one-line summary."""
+
+    paths: list[LayerPath]
+
+    @property
+    def documents_apart(self) -> bool:
+        return all(p.documents_apart for p in self.paths)
+
+    def lines(self) -> list[str]:
+        return summarize(self.paths)
+
+    def to_json(self) -> dict:
+        return {"documentsApart": self.documents_apart, "layers": [p.to_json() for p in self.paths]}
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    """What the guard found on one batch: the path, the audit, the certificates, and the failing lines."""
+
+    paths: list[LayerPath]
+    findings: list[Finding]
+    certificates: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def cause(self) -> str | None:
+        """The first failing line: the one a stopped run prints."""
+        return self.failures[0] if self.failures else None
+
+    def message(self) -> str:
+        if self.failures:
+            return "\n".join(self.failures)
+        checked = ", ".join(self.certificates) or "no certificates"
+        return f"packing holds: {'; '.join(summarize(self.paths)) or 'no attention call recorded'} ({checked} passed)"
+
+    def to_json(self) -> dict:
+        return {"passed": self.passed, "failures": list(self.failures), "findings": [f.to_json() for f in self.findings],
+                "layers": [p.to_json() for p in self.paths],
+                "certificates": {n: r.passed for n, r in self.certificates.items()}}
+
+
+def is_hf(model: Any) -> bool:
+    from tensorcad.hf import is_hf_model
+
+    return is_hf_model(model)
+
+
+def forward(model: Any, batch: Mapping[str, Any]) -> Any:
+    """``model`` on ``batch`` as a loop calls it: ``model(**batch)`` for transformers, else (ids, documents=)."""
+    if is_hf(model):
+        return model(**{k: v for k, v in batch.items() if k != "documents"})
+    return model(batch["input_ids"], documents=documents_of(batch))
+
+
+def record_forward(model: Any, batch: Mapping[str, Any]) -> list[AttentionCall]:
+    """The attention calls of one forward of ``model`` on ``batch``, without a gradient."""
+    with torch.no_grad(), recording(model) as calls:
+        forward(model, batch)
+    return calls
+
+
+def packing_path(model: Any, batch: Mapping[str, Any]) -> PathReport:
+    """The path each attention layer of ``model`` takes on ``batch`` (one recorded forward, no gradient)."""
+    return PathReport(paths_of(record_forward(model, batch), documents_of(batch)))
+
+
+def check_batch(model: Any, batch: Mapping[str, Any], *, calls: list[AttentionCall] | None = None,
+                certify_on: Any = None, certificates: Iterable[str] = CERTIFICATES,
+                on: str = "the replica") -> GuardReport:
+    """The guard's verdict on ``batch`` as ``model`` receives it.
+
+    ``calls``: the attention calls already recorded on the real step (else one
+    recorded forward runs here); ``certify_on``: the model the step certificates
+    run on with this batch (a replica of ``model``, or ``model`` itself; None: none run).
+    """
+    from tensorcad.runtime.certification import certify_step
+
+    findings = audit_batch(model, batch)
+    if calls is None:
+        calls = record_forward(model, batch)
+    paths = paths_of(calls, documents_of(batch))
+    results: dict[str, Any] = {}
+    if certify_on is not None and tuple(certificates):
+        step_batch = {k: v for k, v in batch.items() if k not in NOT_BATCH}
+        results = dict(certify_step(certify_on, step_batch, only=tuple(certificates)).results)
+    return GuardReport(paths, findings, results, verdicts(paths, findings, results, on))

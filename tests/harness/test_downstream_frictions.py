@@ -1,0 +1,100 @@
+"""What a downstream project saw that it should not (issue 33, items 5 and 6), each through pytester."""
+
+from __future__ import annotations
+
+MODELS = """
+    import torch
+    import torch.nn as nn
+
+
+    class Leaks(nn.Module):
+        vocab = 32
+
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.embed = nn.Embedding(32, 8)
+            self.out = nn.Linear(8, 32)
+
+        def forward(self, ids, documents, positions=None):
+            x = self.embed(ids)
+            return self.out(x + x.mean(dim=1, keepdim=True))  # every position sees the whole row
+
+
+    def leaks():
+        return Leaks()
+
+
+    def broken():
+        raise ValueError("no checkpoint at /models/mine")
+"""
+
+OPTIONS = ("-p", "no:cacheprovider", "--tensorcad-seq", "64", "--tensorcad-pack", "12", "--tensorcad-sample", "4")
+
+
+def test_isolation_flex_items_show_none_of_torchs_warnings(project):
+    # Before: torch's 11-line "flex_attention called without torch.compile()" block on every isolation[flex]
+    # item, and its torch.jit.script_method deprecations: filtered only in tensorcad's own pyproject.
+    result = project.runpytest("--tensorcad", "designs", "-k", "tiny-documents and flex", *OPTIONS,
+                               "-W", "default")
+    result.assert_outcomes(passed=1)
+    out = result.stdout.str()
+    assert "flex_attention called without torch.compile" not in out
+    assert "script_method" not in out
+
+
+def test_a_bad_pack_value_names_the_option_and_what_it_takes(project):
+    result = project.runpytest("--tensorcad-pack", "abc")
+    assert result.ret != 0
+    err = result.stderr.str()
+    assert "argument --tensorcad-pack: expected a number or 'off', got 'abc'" in err
+    assert "invalid _pack value" not in err
+
+
+def test_a_certificate_failing_through_the_fixture_shows_the_users_line_not_the_harness(project):
+    project.makepyfile(my_models=MODELS)
+    project.syspathinsert()
+    project.makepyfile(test_mine="""
+        import pytest
+
+        @pytest.mark.tensorcad(model="my_models:leaks", seq=64, pack=12, sample=4)
+        def test_certified(tensorcad_certificate):
+            tensorcad_certificate()
+    """)
+    result = project.runpytest("-p", "no:cacheprovider", "--no-tensorcad-subprocess",
+                               "test_mine.py::test_certified[isolation]")
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "documents are not isolated" in out and "tensorcad_certificate()" in out
+    assert "harness/models.py" not in out and "harness/" not in out
+
+
+def test_a_typo_in_the_markers_design_is_one_line_with_where_it_looked_and_a_guess(project):
+    project.makepyfile(test_typo="""
+        import pytest
+
+        @pytest.mark.tensorcad(design="designs/tiny-documets.json")
+        def test_it(tensorcad_design):
+            pass
+    """)
+    result = project.runpytest("-p", "no:cacheprovider", "test_typo.py")
+    result.assert_outcomes(errors=1)
+    out = result.stdout.str()
+    result.stdout.fnmatch_lines(["*tensorcad(design=...): designs/tiny-documets.json: no such design file "
+                                 "(looked for */designs/tiny-documets.json); "
+                                 "did you mean 'designs/tiny-documents.json'?*"])
+    assert "Traceback" not in out and "load.py" not in out and "During handling" not in out
+
+
+def test_a_factory_that_raises_in_the_child_says_so_once_in_one_line(project):
+    project.makepyfile(my_models=MODELS)
+    project.syspathinsert()
+    project.makefile(".ini", pytest="[pytest]\ntensorcad_models = my_models:broken\n")
+    from tensorcad.runtime.certification import MODEL_CHECKS
+
+    result = project.runpytest(*OPTIONS, "-v")
+    result.assert_outcomes(failed=len(MODEL_CHECKS))
+    out = result.stdout.str()
+    assert out.count("my_models:broken raised ValueError: no checkpoint at /models/mine (my_models.py:") == 1
+    assert out.count("could not make the model (why: its isolation item)") == len(MODEL_CHECKS) - 1
+    assert " | " not in out
