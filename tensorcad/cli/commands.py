@@ -19,8 +19,29 @@ from .operating_point import operating_point
 from .options import EXIT_BAD_INPUT, EXIT_FAILED, console, design_option
 
 
-def write_output(path: str, text: str, option: str) -> None:
-    """Write a file the user named, turning the OS's refusal into one line."""
+def writable(path: str, option: str, *, inputs=(), force: bool = True) -> None:
+    """Refuse a file the user named to write: never one of ``inputs``, never an existing one unless ``force``.
+
+    ``tensorcad lengths -o corpus.txt`` would have replaced the corpus with its
+    histogram; a typo's ``-o`` would have replaced whatever was there.
+    """
+    target = Path(path)
+    if not target.exists():
+        return
+    for given in inputs:
+        try:
+            same = target.samefile(given)
+        except OSError:
+            same = False
+        if same:
+            raise TensorcadError(option, f"{shown(path)} is an input of this command; it is never written over")
+    if not force:
+        raise TensorcadError(option, f"{shown(path)} exists; pass --force to replace it, or -o another file")
+
+
+def write_output(path: str, text: str, option: str, *, inputs=(), force: bool = True) -> None:
+    """Write a file the user named (checked by ``writable``), turning the OS's refusal into one line."""
+    writable(path, option, inputs=inputs, force=force)
     try:
         Path(path).write_text(text)
     except OSError as e:
@@ -184,9 +205,10 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     design = import_hf(args.config, documents=args.documents, positions=args.positions, name=args.name)
     load(design)  # the design it writes resolves, or the import is refused here
     text = json.dumps(design, indent=2) + "\n"
-    if args.output:
-        write_output(args.output, text, "--output")
-        print(f"{args.output}: {design['name']}, imported from {args.config}; next: tensorcad analyze {args.output}")
+    if args.output is not None:
+        write_output(args.output, text, "--output", inputs=(args.config,))
+        print(one_line(f"{args.output}: {design['name']}, imported from {args.config}; "
+                       f"next: tensorcad analyze {args.output}"))
     else:
         sys.stdout.write(text)
     return 0
@@ -214,20 +236,20 @@ def cmd_editor(args: argparse.Namespace) -> int:
 
 
 def cmd_lengths(args: argparse.Namespace) -> int:
-    from tensorcad.packing.corpus.histogram import write_histogram
+    from tensorcad.packing.corpus.histogram import histogram_text
     from tensorcad.packing.corpus.reading import plot
-
-    if args.out and Path(args.out).exists() and not args.force:
-        raise TensorcadError("--out", f"{shown(args.out)} exists; pass --force to replace it, or -o another file")
     from tensorcad.views.answers import lengths_summary
 
+    inputs = _inputs(args)
+    if args.out:  # refused before the corpus is read, not after minutes of counting
+        writable(args.out, "--out", inputs=inputs, force=args.force)
     counted = _merged(args) if args.merge else _counted(args)
     how = ("merged" if args.merge else "tokenizer" if args.tokenizer else args.by
            or (f"column {args.length_column}" if args.length_column else
                "token_count or length where a shard has one, else whitespace"))
     lengths = counted.lengths
     if args.out:
-        write_histogram(lengths, args.out)
+        write_output(args.out, histogram_text(lengths), "--out", inputs=inputs, force=args.force)
     summary = {**lengths_summary(lengths), "empty": counted.empty, "by": how, "shards": counted.shards,
                "workers": counted.workers, "engine": args.engine, "histogram": args.out}
     if args.json:
@@ -250,6 +272,18 @@ def cmd_lengths(args: argparse.Namespace) -> int:
     return 0
 
 
+def _inputs(args: argparse.Namespace) -> list:
+    """What the command reads: the arguments, and the shards they name (a glob's, a folder's), never written over."""
+    from tensorcad.packing.corpus.shards import shards_of
+
+    if args.merge:
+        return list(args.corpus)
+    try:
+        return [*args.corpus, *shards_of(args.corpus)]
+    except TensorcadError:
+        return list(args.corpus)  # counting words what is wrong with them
+
+
 def _merged(args: argparse.Namespace):
     """``--merge``: the histograms CORPUS names, added up."""
     from tensorcad.packing.corpus.histogram import load_lengths
@@ -267,8 +301,7 @@ def _counted(args: argparse.Namespace):
     from tensorcad.packing.corpus.reading import Counting
     from tensorcad.packing.corpus.shards import count_shards, shards_of
 
-    counting = Counting(args.field, args.separator.encode().decode("unicode_escape"), args.by, args.tokenizer,
-                        args.length_column)
+    counting = Counting(args.field, args.separator, args.by, args.tokenizer, args.length_column)
     if args.scheduler and not args.engine:
         raise TensorcadError("--scheduler", "needs --engine dask")
     if args.engine:

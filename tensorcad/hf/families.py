@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TensorcadError
+from ..errors import TensorcadError, shown
 from .config import Reader
 from .hybrid_families import HYBRID, READERS
 
@@ -40,21 +40,21 @@ def _rope(r: Reader) -> float:
             where = f"rope_parameters.{key}"
             if key == "rope_theta":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1e12:
-                    r.refuse(where, f"expected a number in 1..1e12, got {value!r}")
+                    r.refuse(where, f"expected a number in 1..1e12, got {shown(value)}")
                 theta = float(value)
             elif key == "rope_type":
                 if value != "default":
-                    r.refuse(where, f"{value!r} rope scaling is not in the design language (only 'default' rotary)")
+                    r.refuse(where, f"{shown(value)} rope scaling is not in the design language (only 'default' rotary)")
             elif key == "partial_rotary_factor":
                 if value != 1.0:
-                    r.refuse(where, f"{value!r}: the design rotates every feature of a head (factor 1.0 only)")
+                    r.refuse(where, f"{shown(value)}: the design rotates every feature of a head (factor 1.0 only)")
             else:
-                r.refuse(where, f"{key!r} belongs to a rope scaling the design language cannot say")
+                r.refuse(where, f"{shown(key)} belongs to a rope scaling the design language cannot say")
     scaling = r.map("rope_scaling", f"{_ATTN}.rope (older files' name for rope_parameters' scaling)")
     if scaling is not None and not (isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) == "default"):
         kind = scaling.get("rope_type", scaling.get("type")) if isinstance(scaling, dict) else None
-        r.refuse("rope_scaling", f"{kind!r} rope scaling is not in the design language (only 'default' rotary)"
-                 if isinstance(kind, str) else f"{scaling!r} is not in the design language (only plain rotary)")
+        r.refuse("rope_scaling", f"{shown(kind)} rope scaling is not in the design language (only 'default' rotary)"
+                 if isinstance(kind, str) else f"{shown(scaling)} is not in the design language (only plain rotary)")
     if r.has("rope_theta"):
         theta = r.float("rope_theta", f"{_ATTN}.rope.theta")
     if theta is None:
@@ -63,6 +63,7 @@ def _rope(r: Reader) -> float:
 
 
 MAX_CYCLE = 16  # the most blocks a stack takes in turn (catalog: stack.windows)
+MAX_WINDOW = 2**31  # a sliding window past any context a config states (Qwen2.5 writes 131,072)
 
 
 def _layer_windows(r: Reader, layers: int, window) -> list | None:
@@ -70,13 +71,13 @@ def _layer_windows(r: Reader, layers: int, window) -> list | None:
     types = r.map("layer_types", "nodes[1].params.windows, or the attention's window when every layer has the same")
     if types is None:
         return None
-    if not isinstance(types, list) or len(types) != layers:
+    if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
         r.refuse("layer_types", f"expected a list of {layers} layer types")
     kinds = set(types)
     if not kinds <= {"full_attention", "sliding_attention"}:
         r.refuse("layer_types", f"{sorted(kinds)}: only full_attention and sliding_attention are known")
     if "sliding_attention" in kinds and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        r.refuse("sliding_window", f"sliding layers need a positive window, got {window!r}")
+        r.refuse("sliding_window", f"sliding layers need a positive window, got {shown(window)}")
     per_layer = [window if t == "sliding_attention" else None for t in types]
     for n in range(1, min(layers, MAX_CYCLE) + 1):
         if layers % n == 0 and per_layer == per_layer[:n] * (layers // n):
@@ -92,6 +93,10 @@ def _windows(r: Reader, model_type: str, layers: int) -> list | None:
             r.flag("use_sliding_window", "nodes[1] windows (transformers writes it into layer_types)")
             r.ignore("max_window_layers", "which layers slide; transformers already wrote it into layer_types")
         window = r.map("sliding_window", "the window of the layer_types marked sliding_attention")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                                   or not 1 <= window <= MAX_WINDOW):
+            # Checked even where no layer slides: a value no model could use is a broken config, not a default.
+            r.refuse("sliding_window", f"expected null or an integer in 1..{MAX_WINDOW:,}, got {shown(window)}")
         cycle = _layer_windows(r, layers, window)
         if cycle is None:  # an older file without layer_types
             if model_type == "gemma2":
@@ -112,7 +117,7 @@ def _place_windows(r: Reader, cycle: list | None, attention: dict, stack: dict) 
         return
     if len(cycle) == 1:
         if isinstance(cycle[0], bool) or not isinstance(cycle[0], int) or cycle[0] < 1:
-            r.refuse("sliding_window", f"expected a positive integer or null, got {cycle[0]!r}")
+            r.refuse("sliding_window", f"expected a positive integer or null, got {shown(cycle[0])}")
         attention["window"] = cycle[0]
     else:
         stack["windows"] = cycle
@@ -223,7 +228,7 @@ def gemma2(r: Reader, model_type: str, name: str, documents: bool, positions: bo
     final_cap = r.map("final_logit_softcapping", "nodes[3].params.softcap")
     for key, value in (("attn_logit_softcapping", cap), ("final_logit_softcapping", final_cap)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-            r.refuse(key, f"expected a positive number or null, got {value!r}")
+            r.refuse(key, f"expected a positive number or null, got {shown(value)}")
     r.must_be("use_bidirectional_attention", (None, False), "a causal LM attends to earlier keys only", None)
     r.ignore("cache_implementation", "which KV cache generation uses; the logits are the same")
     attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "causal": True,
@@ -278,8 +283,8 @@ def gpt2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
     else:
         inner = r.int("n_inner", "nodes[2].params.block.params.mlp.hidden")
     activation = r.map("activation_function", "nodes[2].params.block.params.mlp.activation", "gelu_new")
-    if activation not in _GPT2_ACTIVATIONS:
-        r.refuse("activation_function", f"{activation!r} is not one of {', '.join(_GPT2_ACTIVATIONS)}")
+    if not isinstance(activation, str) or activation not in _GPT2_ACTIVATIONS:
+        r.refuse("activation_function", f"{shown(activation)} is not one of {', '.join(_GPT2_ACTIVATIONS)}")
     eps = r.float("layer_norm_epsilon", "nodes[2].params.block.params.eps and nodes[3].params.eps", 1e-5)
     tied = r.flag("tie_word_embeddings", "nodes[4].params.tie", default=True)
     r.must_be("scale_attn_weights", (True,), "scores are scaled by 1/sqrt(head_dim)", True)
@@ -316,9 +321,9 @@ def gpt2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
 
 def family(model_type: Any, where: str):
     if not isinstance(model_type, str):
-        raise TensorcadError(where, f"model_type must be a string, got {model_type!r}")
+        raise TensorcadError(where, f"model_type must be a string, got {shown(model_type)}")
     if model_type in NOT_YET:
-        raise TensorcadError(where, f"{model_type!r}: {NOT_YET[model_type]}")
+        raise TensorcadError(where, f"{shown(model_type)}: {NOT_YET[model_type]}")
     if model_type == "gpt2":
         return gpt2
     if model_type == "gemma2":
@@ -327,4 +332,4 @@ def family(model_type: Any, where: str):
         return llama_like
     if model_type in READERS:  # layers that carry state: hybrid_families
         return READERS[model_type]
-    raise TensorcadError(where, f"unknown model_type {model_type!r} (supported: {', '.join(SUPPORTED)})")
+    raise TensorcadError(where, f"unknown model_type {shown(model_type)} (supported: {', '.join(SUPPORTED)})")
