@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tensorcad.errors import TensorcadError, one_line, shown
+from tensorcad.design.raw import check_name
+from tensorcad.errors import TensorcadError, as_text, one_line, shown
 
 from .operating_point import operating_point
 from .options import EXIT_BAD_INPUT, EXIT_FAILED, console, design_option
@@ -132,6 +133,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_new(args: argparse.Namespace) -> int:
     from tensorcad.design import load
 
+    check_name(args.name, "NAME")  # the rule every design name passes, naming what the user typed
     design = load(args.source).to_dict()
     design["name"] = args.name
     text = json.dumps(design, indent=2) + "\n"
@@ -142,7 +144,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     if Path(args.output).exists() and not args.force:
         raise TensorcadError("--output", f"{shown(args.output)} exists; pass --force to replace it")
     write_output(args.output, text, "--output")
-    print(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: tensorcad validate {args.output}")
+    print(one_line(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: "
+                   f"tensorcad validate {args.output}"))
     return 0
 
 
@@ -202,6 +205,8 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     from tensorcad.design import load
     from tensorcad.hf import import_hf
 
+    if args.name is not None:
+        check_name(args.name, "--name")
     design = import_hf(args.config, documents=args.documents, positions=args.positions, name=args.name)
     load(design)  # the design it writes resolves, or the import is refused here
     text = json.dumps(design, indent=2) + "\n"
@@ -268,7 +273,7 @@ def cmd_lengths(args: argparse.Namespace) -> int:
     if not args.no_plot:
         sys.stdout.write(plot(lengths) + "\n")
     if args.out:
-        console.print(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})")
+        console.print(as_text(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})"))
     return 0
 
 
