@@ -140,10 +140,13 @@ class OperatingPoint:
         documents = ROWS * self.seq / max(self.packing.mean, 1.0)
         if documents > MAX_STREAM_DOCUMENTS:
             least = ROWS * self.seq / MAX_STREAM_DOCUMENTS
-            raise TensorcadError("packing.mean", f"documents of mean {self.packing.mean:g} tokens fill {ROWS:,} rows of "
-                                                 f"{self.seq:,} with {documents:,.0f} documents, more than the "
-                                                 f"{MAX_STREAM_DOCUMENTS:,} (2^22) the analysis draws within its "
-                                                 f"budget: give a mean of at least {least:,.0f} or a shorter seq")
+            # Named for what was given: lengths read from a file have a mean nobody typed.
+            read = self.packing.lengths is not None
+            raise TensorcadError("packing.lengths" if read else "packing.mean",
+                                 f"documents of mean {self.packing.mean:g} tokens fill {ROWS:,} rows of "
+                                 f"{self.seq:,} with {documents:,.0f} documents, more than the "
+                                 f"{MAX_STREAM_DOCUMENTS:,} (2^22) the analysis draws within its budget: give "
+                                 f"{'lengths whose mean is' if read else 'a mean of'} at least {least:,.0f} or a shorter seq")
 
     @property
     def peak(self) -> float:

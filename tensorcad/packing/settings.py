@@ -53,8 +53,9 @@ def _real(value: object, path: str) -> float:
 
 def check_mean(mean: object, path: str = "packing.mean") -> float:
     value = _real(mean, path)
-    if not 0 < value <= MAX_MEAN:
-        raise TensorcadError(path, f"mean document length must be in (0, {MAX_MEAN}], got {value}")
+    # At least one token: a document holds whole tokens, so a mean of 1e-320 (accepted before) describes none.
+    if not 1 <= value <= MAX_MEAN:
+        raise TensorcadError(path, f"mean document length must be in [1, {MAX_MEAN}] tokens, got {value:g}")
     return value
 
 
