@@ -191,7 +191,7 @@ def test_each_number_is_refused_with_its_reason():
     assert refused(check_mean, "300") == ("packing.mean", "expected a number, got str")
     assert refused(check_mean, True)[1] == "expected a number, got bool"
     assert refused(check_mean, float("nan")) == ("packing.mean", "expected a finite number, got nan")
-    assert refused(check_mean, 0)[1] == f"mean document length must be in [1, {MAX_MEAN}] tokens, got 0"
+    assert refused(check_mean, 0)[1] == f"mean document length must be in (0, {MAX_MEAN}], got 0.0"
     assert check_mean(MAX_MEAN) == MAX_MEAN
     assert refused(check_spread, -0.5, "x") == ("x", "spread must be in [0, 10], got -0.5")
     assert refused(check_spread, 1e-9)[1] == "spread 1e-09 is below 0.0001, fixed lengths in effect: give 0"
