@@ -205,3 +205,80 @@ def test_import_hf_with_an_empty_output_is_refused_not_printed(capsys, tmp_path,
     assert "argument -o/--output: expected a file name" in refused(capsys, "import-hf", config, "-o", "")
     assert "is an input of this command" in refused(capsys, "import-hf", config, "-o", config)
     assert sorted(os.listdir(tmp_path)) == ["config.json"]
+
+
+# -- time and memory: the budget every accepted point is checked against before work starts --------------------------
+
+
+def test_a_histogram_of_100k_keys_reads_in_linear_time(tmp_path):
+    import time
+
+    from tensorcad.packing.corpus.histogram import load_lengths
+
+    path = tmp_path / "h.json"
+    path.write_text("{\n" + ",\n".join(f'  "{n}": {n % 7 + 1}' for n in range(1, 100_001)) + "\n}\n")
+    started = time.monotonic()
+    lengths = load_lengths(path)
+    seconds = time.monotonic() - started
+    assert lengths.values == tuple(range(1, 100_001)) and lengths.documents == sum(n % 7 + 1 for n in range(1, 100_001))
+    assert seconds < 20, seconds  # a line lookup per key: 51-102 s unloaded; linear: well under a second
+    path.write_text(path.read_text().replace('"99999": 5', '"99999": -5'))
+    with pytest.raises(Exception, match="count -5 is negative") as caught:
+        load_lengths(path)
+    assert caught.value.path == f"{path}:100000"  # the bad key's line (line 1 is the brace) is still named
+
+
+def test_one_long_document_reads_in_linear_time_and_a_huge_one_is_refused(tmp_path, monkeypatch):
+    import time
+
+    from tensorcad.packing.corpus import reading
+
+    # 1 KiB chunks over a 16 MiB document: `rest + chunk` copied the document 16,384 times (128 GiB of copying).
+    monkeypatch.setattr(reading, "CHUNK", 1 << 10)
+    (tmp_path / "one.txt").write_text("w " * (1 << 23))
+    started = time.monotonic()
+    lengths, _ = reading.count_lengths([tmp_path / "one.txt"], by="whitespace")
+    assert lengths.values == (1 << 23,) and time.monotonic() - started < 60
+    # Past MAX_DOCUMENT_BYTES one document (or one JSONL line) is refused, not held: a 900 MB line was the allocation.
+    monkeypatch.setattr(reading, "MAX_DOCUMENT_BYTES", 1 << 20)
+    with pytest.raises(Exception, match="a document of more than 1 MiB"):
+        reading.count_lengths([tmp_path / "one.txt"])
+    (tmp_path / "c.jsonl").write_text('{"text": "a"}\n{"text": "' + "w" * (2 << 20) + '"}\n')
+    with pytest.raises(Exception, match="a document of more than 1 MiB") as caught:
+        reading.count_lengths([tmp_path / "c.jsonl"])
+    assert caught.value.path.endswith("c.jsonl:2")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--seq", "4194304", "--pack", "1024", "--cp", "1024", "--cp-shard", "per-document"],
+     "--cp: per-document sharding of 4,195,328 documents over 1,024 ranks counts 8,592,031,744 cells"),
+    (["--seq", "4194304", "--pack", "1024", "--pack-strategy", "bfd"], "--pack: documents of mean 1024 tokens"),
+    (["--seq", "4194304", "--pack", "1024", "--pack-strategy", "split"], "(2^20) split packing draws"),
+    (["--pack", "1e-320"], "--pack: a mean document length of 9.99989e-321 tokens is below one token"),
+    (["--pack", "0.5"], "--pack: a mean document length of 0.5 tokens is below one token"),
+], ids=["cp-per-document", "bfd", "split", "mean-1e-320", "mean-half"])
+def test_points_past_the_budget_are_refused_before_work_naming_the_option(capsys, argv, message):
+    assert message in refused(capsys, "analyze", "nano-sort", *argv)
+    assert message in refused(capsys, "walkthrough", "nano-sort", *argv)
+
+
+def test_lengths_past_the_budget_name_pack_lengths_not_pack(capsys, tmp_path):
+    (tmp_path / "short.json").write_text('{"2": 5}')
+    err = refused(capsys, "analyze", "nano-sort", "--seq", "65536", "--pack-lengths", tmp_path / "short.json")
+    assert err.startswith("tensorcad: --pack-lengths: ") and "give lengths whose mean is at least 16" in err
+
+
+def test_a_mask_the_intervals_cannot_decide_previews_at_a_million_tokens(capsys, tmp_path):
+    import time
+
+    raw = load("nano-sort").to_dict()
+    del raw["nodes"][1]["in"]["doc"], raw["inputs"]["documents"]
+    raw["context"] = 1 << 20
+    path = tmp_path / "mod3.json"
+    path.write_text(json.dumps(raw).replace('"doc(b, q) == doc(b, kv)"', '"(q - kv) % 3 == 0"'))
+    started = time.monotonic()
+    assert cli.main(["mask-preview", str(path), "--seq", str(1 << 20), "--cells", "16", "--json"]) == 0
+    preview = json.loads(capsys.readouterr().out)
+    assert preview["exact"] is False and time.monotonic() - started < 90  # before: past 100 s and 2.8 GB
+    below = [f for i, row in enumerate(preview["fractions"]) for j, f in enumerate(row) if j < i]
+    assert all(abs(f - 1 / 3) < 0.02 for f in below)  # one score in three, counted independently: (q - kv) % 3
