@@ -266,8 +266,8 @@ def cmd_lengths(args: argparse.Namespace) -> int:
     else:
         where = f"{counted.shards:,} shard{'s' if counted.shards > 1 else ''}" + (
             f", {counted.workers} workers" if counted.workers > 1 else "") + (f" on {args.engine}" if args.engine else "")
-        console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({how}), "
-                      f"{counted.empty:,} empty skipped; {where}")
+        console.print(as_text(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({how}), "
+                              f"{counted.empty:,} empty skipped; {where}"))
     console.print(f"mean {lengths.mean:,.1f}, spread {lengths.spread:.3f}, p50 {summary['p50']:,}, "
                   f"p90 {summary['p90']:,}, p99 {summary['p99']:,}, max {summary['max']:,}")
     if not args.no_plot:

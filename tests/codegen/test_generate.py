@@ -86,7 +86,7 @@ def test_document_mask_is_a_named_factory(sources):
 
 def _hostile_design():
     raw = tensorcad.load("llama-3-8b-documents").to_dict()
-    raw["name"] = HOSTILE + '\n"""\nprint(1)'
+    raw["name"] = HOSTILE + '"""; print(1) #'  # a newline in a name is refused by the name rule (#32)
     ids = {"embed": "__import__", "layers": HOSTILE, "norm": "class", "head": "héad\"'"}
     for node in raw["nodes"]:
         node["id"] = ids[node["id"]]
