@@ -223,17 +223,14 @@ def _from_table(table: dict[int, int], name: str) -> Lengths:
     return Lengths(tuple(values), tuple(table[v] for v in values), name)
 
 
-def _line_of(text: str, needle: str) -> int:
-    at = text.find(needle)
-    return text.count("\n", 0, at) + 1 if at >= 0 else 1
-
-
 def _json_histogram(text: str, name: str) -> Lengths:
     # The project's one bounded JSON reader: depth, digits and a key given twice are refused, naming the file.
     try:
         data = parse_json(text, name)
-    except TensorcadError as e:  # a repeated key's path is the key's: name the file too
-        raise TensorcadError(e.path if e.path.startswith(name) else f"{name}: {e.path}", e.message) from None
+    except TensorcadError as e:  # named as every bad lengths file is: the file and its line (a key: its path)
+        line = re.search(r" at line (\d+), column", e.message)
+        raise TensorcadError(f"{name}:{line.group(1)}" if line and e.path == name else
+                             e.path if e.path.startswith(name) else f"{name}: {e.path}", e.message) from None
     if isinstance(data, list):  # a JSON list of lengths
         return _listed(((f"{name}: element {i}", v) for i, v in enumerate(data)), name)
     if not isinstance(data, dict):
@@ -248,7 +245,8 @@ def _json_histogram(text: str, name: str) -> Lengths:
             _checked(length, count, name)
         except TensorcadError as e:
             # The line is looked up only for the one bad key: once per key made reading quadratic (100k keys: 60 s).
-            raise TensorcadError(f"{name}:{_line_of(text, json.dumps(key))}", e.message) from None
+            line = text.count("\n", 0, max(text.find(json.dumps(key)), 0)) + 1
+            raise TensorcadError(f"{name}:{line}", e.message) from None
         table[length] = table.get(length, 0) + count
     return _from_table(table, name)
 
