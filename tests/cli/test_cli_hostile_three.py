@@ -282,3 +282,12 @@ def test_a_mask_the_intervals_cannot_decide_previews_at_a_million_tokens(capsys,
     assert preview["exact"] is False and time.monotonic() - started < 90  # before: past 100 s and 2.8 GB
     below = [f for i, row in enumerate(preview["fractions"]) for j, f in enumerate(row) if j < i]
     assert all(abs(f - 1 / 3) < 0.02 for f in below)  # one score in three, counted independently: (q - kv) % 3
+
+
+@pytest.mark.parametrize("body", [b"\x93NUMPY\x02\x00" + (2**31).to_bytes(4, "little") + b"{",
+                                  b"\x93NUMPY\x01\x00" + (60).to_bytes(2, "little")
+                                  + b"{'descr': '<i8', 'fortran_order': False, 'shape': (1000".ljust(60) + b"x" * 16],
+                         ids=["header-length-2^31", "header-not-a-literal"])
+def test_a_npy_header_is_checked_before_it_is_read_or_allocated(capsys, tmp_path, body):
+    (tmp_path / "l.npy").write_bytes(body)
+    assert "not a .npy array: " in refused(capsys, "analyze", "nano-sort", "--pack-lengths", tmp_path / "l.npy")

@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from tokenize import TokenError
 from typing import BinaryIO
 
 import numpy as np
@@ -224,10 +225,9 @@ def _from_table(table: dict[int, int], name: str) -> Lengths:
 
 
 def _json_histogram(text: str, name: str) -> Lengths:
-    # The project's one bounded JSON reader: depth, digits and a key given twice are refused, naming the file.
-    try:
+    try:  # the one bounded reader: depth, digits, a key twice; named as any bad lengths file (file:line)
         data = parse_json(text, name)
-    except TensorcadError as e:  # named as every bad lengths file is: the file and its line (a key: its path)
+    except TensorcadError as e:
         line = re.search(r" at line (\d+), column", e.message)
         raise TensorcadError(f"{name}:{line.group(1)}" if line and e.path == name else
                              e.path if e.path.startswith(name) else f"{name}: {e.path}", e.message) from None
@@ -297,6 +297,11 @@ def _npy_promised_bytes(path: Path | BinaryIO) -> tuple[int, int]:
     try:
         start = fp.tell()
         version = npy.read_magic(fp)
+        width = 2 if version == (1, 0) else 4  # the header's length, checked before numpy reads that many bytes
+        size = int.from_bytes(fp.read(width), "little")
+        fp.seek(-width, 1)
+        if size > 10_000:  # past numpy's own max_header_size
+            raise ValueError(f"a header of {size:,} bytes")
         shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fp)
         header_end = fp.tell()
         end = fp.seek(0, 2)
@@ -312,8 +317,8 @@ def _npy_list(path: Path | BinaryIO, name: str) -> Lengths:
         promised, held = _npy_promised_bytes(path)
         if promised <= held:
             array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise TensorcadError(name, f"not a .npy array: {e}") from None
+    except (ValueError, OSError, SyntaxError, TokenError) as e:  # a header that is no Python literal: TokenError
+        raise TensorcadError(name, f"not a .npy array: {shown(str(e), 120)}") from None
     if promised > held:  # numpy would allocate what the header promises before finding it missing
         raise TensorcadError(name, f"its header promises {promised:,} bytes of lengths; it holds {held:,}")
     # By kind, not issubdtype: numpy files timedelta64 under signedinteger, and a duration is no length.
@@ -366,12 +371,10 @@ def _parquet_list(path: Path | BinaryIO, name: str, column: str | None) -> Lengt
 
 def _column_fits(column: str | None, suffix: str, name: str) -> None:
     """A column is asked of a Parquet file only, and named: '' fell back to ``length``, and other files ignored it."""
-    if column is None:
-        return
-    if suffix != ".parquet":
+    if column is not None and suffix != ".parquet":
         raise TensorcadError(name, f"a column ({shown(column, 40)}) is read from a .parquet file only, "
                                    f"not a {suffix or 'text'} file")
-    if not column:
+    if column == "":
         raise TensorcadError(name, "the column's name is empty (the default is 'length')")
 
 
