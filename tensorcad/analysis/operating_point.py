@@ -23,9 +23,10 @@ MAX_STREAM_DOCUMENTS = 1 << 22
 # The bin-packers (bfd, ffd, split) place each document in turn: a quarter of the stream's documents
 # (at 2^22, --seq 4194304 --pack 1024, they took over 90 s).
 MAX_BINNED_DOCUMENTS = 1 << 20
-# Per-document CP counts (documents, 2 x ranks) cells, several arrays of them: at 2^22 documents and
-# 1,024 ranks that was a 64 GiB allocation. 2^26 cells keep it near 2.5 GB.
-MAX_CP_DOCUMENT_CELLS = 1 << 26
+# Context parallelism counts (documents, 2 x ranks) cells, several arrays of them, whatever the sharding
+# (about 45 bytes a cell measured: 2^24 cells, 0.8 GB): per-document at 2^22 documents and 1,024 ranks was a
+# 64 GiB allocation, head-tail at 2^15 documents and 1,024 ranks ran out of 3 GiB. 2^25 cells: about 1.6 GB.
+MAX_CP_CELLS = 1 << 25
 # A mask that reads made-up rows (documents, positions) is sampled over rows
 # of seq tokens whose lookup tables grow with rows x seq (1.1 GB at 2^22).
 MAX_MADE_UP_SEQ = 1 << 22
@@ -136,8 +137,7 @@ class OperatingPoint:
             if not isinstance(self.cp, ContextParallel):
                 raise TensorcadError("cp", "expected ContextParallel(size, shard) or None")
             self.cp.fits(self.seq, self.block)
-            if self.cp.shard == "per-document" and self.packing is not None:
-                self._check_sharded_work()
+            self._check_sharded_work()
 
     def _check_packed_work(self) -> None:
         from .attention import ROWS
@@ -162,12 +162,12 @@ class OperatingPoint:
         from .attention import ROWS
 
         # Every row is at least one piece; a packed row holds seq / mean documents besides.
-        documents = ROWS * (1 + self.seq / max(self.packing.mean, 1.0))
+        documents = ROWS * (1 + (0 if self.packing is None else self.seq / max(self.packing.mean, 1.0)))
         cells = documents * 2 * self.cp.size
-        if cells > MAX_CP_DOCUMENT_CELLS:
-            raise TensorcadError("cp.size", f"per-document sharding of {documents:,.0f} documents over "
+        if cells > MAX_CP_CELLS:
+            raise TensorcadError("cp.size", f"{self.cp.shard} sharding of {documents:,.0f} documents over "
                                             f"{self.cp.size:,} ranks counts {cells:,.0f} cells, more than the "
-                                            f"{MAX_CP_DOCUMENT_CELLS:,} (2^26) within the analysis's budget: "
+                                            f"{MAX_CP_CELLS:,} (2^25) within the analysis's budget: "
                                             "give fewer ranks, longer documents or a shorter seq")
 
     @property

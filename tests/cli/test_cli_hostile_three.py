@@ -291,3 +291,9 @@ def test_a_mask_the_intervals_cannot_decide_previews_at_a_million_tokens(capsys,
 def test_a_npy_header_is_checked_before_it_is_read_or_allocated(capsys, tmp_path, body):
     (tmp_path / "l.npy").write_bytes(body)
     assert "not a .npy array: " in refused(capsys, "analyze", "nano-sort", "--pack-lengths", tmp_path / "l.npy")
+
+
+def test_head_tail_over_1024_ranks_of_a_packed_row_is_refused_before_it_runs_out_of_memory(capsys):
+    # Found by the fuzz suite under -m slow: 17,408 documents x 2,048 cells, about 1.6 GB past a 3 GiB address space.
+    assert "--cp: headtail sharding of 17,408 documents over 1,024 ranks" in refused(
+        capsys, "rules", "nano-sort", "--seq", "256", "--pack", "16", "--cp", "1024")
