@@ -88,8 +88,9 @@ def test_a_qwen_sliding_window_no_model_could_use_is_refused_even_when_unused(ca
 @pytest.mark.parametrize("name, message", [("a\x1b[31mred", "holds a control character"),
                                            ("x\ry", "holds a control character"), (" ", "is blank")])
 def test_a_design_name_with_control_characters_or_blank_is_refused_everywhere(capsys, tmp_path, name, message):
-    err = refused(capsys, "analyze", nano(tmp_path, name=name))
-    assert err.startswith("tensorcad: name: ") and message in err and "\x1b" not in err and "\r" not in err
+    design = nano(tmp_path, name=name)
+    err = refused(capsys, "analyze", design)
+    assert err.startswith(f"tensorcad: {design}: name: ") and message in err and "\x1b" not in err and "\r" not in err
     assert refused(capsys, "new", name).startswith("tensorcad: NAME: ")
     config = tmp_path / "config.json"
     config.write_text(json.dumps({**GPT2, "activation_function": "gelu"}))
@@ -191,7 +192,7 @@ def test_lengths_out_never_overwrites_the_corpus_nor_a_file_without_force(capsys
     assert corpus.read_text() == "a b\n\nc\n"
     kept = tmp_path / "h.json"
     kept.write_text("mine")
-    assert "exists; give --force" in refused(capsys, "lengths", corpus, "-o", kept)
+    assert "exists; pass --force" in refused(capsys, "lengths", corpus, "-o", kept)
     assert kept.read_text() == "mine"
     assert cli.main(["lengths", str(corpus), "-o", str(kept), "--force", "--no-plot"]) == 0
     assert json.loads(kept.read_text()) == {"1": 1, "2": 1}
