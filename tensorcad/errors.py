@@ -30,6 +30,17 @@ def one_line(text: str) -> str:
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
+def as_text(text: str) -> str:
+    """User text (a design's name, a file name) to print through rich: one line, its markup escaped.
+
+    ``[link=…]`` or ``[bold]`` in a name would otherwise be read as rich markup,
+    and an ESC would reach the terminal raw.
+    """
+    from rich.markup import escape
+
+    return escape(one_line(text))
+
+
 def shown(value: object, limit: int = SHOWN) -> str:
     """``repr(value)`` cut to about ``limit`` characters, for quoting a bad value in a message.
 

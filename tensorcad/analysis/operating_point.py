@@ -20,6 +20,13 @@ MAX_SEQ = 1 << 24
 # minutes and gigabytes, so it is refused up front, naming seq or the mean.
 MAX_PACKED_SEQ = 1 << 22
 MAX_STREAM_DOCUMENTS = 1 << 22
+# The bin-packers (bfd, ffd, split) place each document in turn: a quarter of the stream's documents
+# (at 2^22, --seq 4194304 --pack 1024, they took over 90 s).
+MAX_BINNED_DOCUMENTS = 1 << 20
+# Context parallelism counts (documents, 2 x ranks) cells, several arrays of them, whatever the sharding
+# (about 45 bytes a cell measured: 2^24 cells, 0.8 GB): per-document at 2^22 documents and 1,024 ranks was a
+# 64 GiB allocation, head-tail at 2^15 documents and 1,024 ranks ran out of 3 GiB. 2^25 cells: about 1.6 GB.
+MAX_CP_CELLS = 1 << 25
 # A mask that reads made-up rows (documents, positions) is sampled over rows
 # of seq tokens whose lookup tables grow with rows x seq (1.1 GB at 2^22).
 MAX_MADE_UP_SEQ = 1 << 22
@@ -130,6 +137,7 @@ class OperatingPoint:
             if not isinstance(self.cp, ContextParallel):
                 raise TensorcadError("cp", "expected ContextParallel(size, shard) or None")
             self.cp.fits(self.seq, self.block)
+            self._check_sharded_work()
 
     def _check_packed_work(self) -> None:
         from .attention import ROWS
@@ -138,12 +146,29 @@ class OperatingPoint:
             raise TensorcadError("seq", f"{self.seq:,} tokens a packed row is more than {MAX_PACKED_SEQ:,} (2^22), "
                                         "the most the packed analysis samples within its budget")
         documents = ROWS * self.seq / max(self.packing.mean, 1.0)
-        if documents > MAX_STREAM_DOCUMENTS:
-            least = ROWS * self.seq / MAX_STREAM_DOCUMENTS
-            raise TensorcadError("packing.mean", f"documents of mean {self.packing.mean:g} tokens fill {ROWS:,} rows of "
-                                                 f"{self.seq:,} with {documents:,.0f} documents, more than the "
-                                                 f"{MAX_STREAM_DOCUMENTS:,} (2^22) the analysis draws within its "
-                                                 f"budget: give a mean of at least {least:,.0f} or a shorter seq")
+        most = MAX_STREAM_DOCUMENTS if self.packing.strategy in ("stream", "pad") else MAX_BINNED_DOCUMENTS
+        if documents > most:
+            least = ROWS * self.seq / most
+            # Named for what was given: lengths read from a file have a mean nobody typed.
+            read = self.packing.lengths is not None
+            raise TensorcadError("packing.lengths" if read else "packing.mean",
+                                 f"documents of mean {self.packing.mean:g} tokens fill {ROWS:,} rows of "
+                                 f"{self.seq:,} with {documents:,.0f} documents, more than the {most:,} "
+                                 f"(2^{most.bit_length() - 1}) {self.packing.strategy} packing draws within the "
+                                 f"analysis's budget: give "
+                                 f"{'lengths whose mean is' if read else 'a mean of'} at least {least:,.0f} or a shorter seq")
+
+    def _check_sharded_work(self) -> None:
+        from .attention import ROWS
+
+        # Every row is at least one piece; a packed row holds seq / mean documents besides.
+        documents = ROWS * (1 + (0 if self.packing is None else self.seq / max(self.packing.mean, 1.0)))
+        cells = documents * 2 * self.cp.size
+        if cells > MAX_CP_CELLS:
+            raise TensorcadError("cp.size", f"{self.cp.shard} sharding of {documents:,.0f} documents over "
+                                            f"{self.cp.size:,} ranks counts {cells:,.0f} cells, more than the "
+                                            f"{MAX_CP_CELLS:,} (2^25) within the analysis's budget: "
+                                            "give fewer ranks, longer documents or a shorter seq")
 
     @property
     def peak(self) -> float:

@@ -14,7 +14,7 @@ from ..design.masks import reads_documents  # noqa: F401 - asked of the report b
 from ..design.mixers import mixers
 from ..design.mixers import reads_documents as mixers_reset
 from ..design.model import Design
-from ..errors import TensorcadError
+from ..errors import TensorcadError, as_text
 from ..packing import Packing
 from .attention import ROWS, keys_per_query
 from .blocks import block_counts
@@ -243,7 +243,7 @@ def render(report: Report):
         source = f" read from {op.packing.lengths.source}" if op.packing.lengths is not None else ""
         pack = (f", packed {op.packing.mean:,.4g}-token documents (spread {op.packing.spread:.3g}){source}"
                 f", {op.packing.strategy}")
-    t = Table(title=f"{report.design} at {op.seq:,} tokens{pack}", box=None, show_header=False, pad_edge=False)
+    t = Table(title=as_text(f"{report.design} at {op.seq:,} tokens{pack}"), box=None, show_header=False, pad_edge=False)
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_column()

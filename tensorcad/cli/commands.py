@@ -13,14 +13,36 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tensorcad.errors import TensorcadError, one_line, shown
+from tensorcad.design.raw import check_name
+from tensorcad.errors import TensorcadError, as_text, one_line, shown
 
 from .operating_point import operating_point
 from .options import EXIT_BAD_INPUT, EXIT_FAILED, console, design_option
 
 
-def write_output(path: str, text: str, option: str) -> None:
-    """Write a file the user named, turning the OS's refusal into one line."""
+def writable(path: str, option: str, *, inputs=(), force: bool = True) -> None:
+    """Refuse a file the user named to write: never one of ``inputs``, never an existing one unless ``force``.
+
+    ``tensorcad lengths -o corpus.txt`` would have replaced the corpus with its
+    histogram; a typo's ``-o`` would have replaced whatever was there.
+    """
+    target = Path(path)
+    if not target.exists():
+        return
+    for given in inputs:
+        try:
+            same = target.samefile(given)
+        except OSError:
+            same = False
+        if same:
+            raise TensorcadError(option, f"{shown(path)} is an input of this command; it is never written over")
+    if not force:
+        raise TensorcadError(option, f"{shown(path)} exists; pass --force to replace it, or -o another file")
+
+
+def write_output(path: str, text: str, option: str, *, inputs=(), force: bool = True) -> None:
+    """Write a file the user named (checked by ``writable``), turning the OS's refusal into one line."""
+    writable(path, option, inputs=inputs, force=force)
     try:
         Path(path).write_text(text)
     except OSError as e:
@@ -111,6 +133,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_new(args: argparse.Namespace) -> int:
     from tensorcad.design import load
 
+    check_name(args.name, "NAME")  # the rule every design name passes, naming what the user typed
     design = load(args.source).to_dict()
     design["name"] = args.name
     text = json.dumps(design, indent=2) + "\n"
@@ -121,7 +144,8 @@ def cmd_new(args: argparse.Namespace) -> int:
     if Path(args.output).exists() and not args.force:
         raise TensorcadError("--output", f"{shown(args.output)} exists; pass --force to replace it")
     write_output(args.output, text, "--output")
-    print(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: tensorcad validate {args.output}")
+    print(one_line(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: "
+                   f"tensorcad validate {args.output}"))
     return 0
 
 
@@ -181,12 +205,15 @@ def cmd_import_hf(args: argparse.Namespace) -> int:
     from tensorcad.design import load
     from tensorcad.hf import import_hf
 
+    if args.name is not None:
+        check_name(args.name, "--name")
     design = import_hf(args.config, documents=args.documents, positions=args.positions, name=args.name)
     load(design)  # the design it writes resolves, or the import is refused here
     text = json.dumps(design, indent=2) + "\n"
-    if args.output:
-        write_output(args.output, text, "--output")
-        print(f"{args.output}: {design['name']}, imported from {args.config}; next: tensorcad analyze {args.output}")
+    if args.output is not None:
+        write_output(args.output, text, "--output", inputs=(args.config,))
+        print(one_line(f"{args.output}: {design['name']}, imported from {args.config}; "
+                       f"next: tensorcad analyze {args.output}"))
     else:
         sys.stdout.write(text)
     return 0
@@ -214,20 +241,20 @@ def cmd_editor(args: argparse.Namespace) -> int:
 
 
 def cmd_lengths(args: argparse.Namespace) -> int:
-    from tensorcad.packing.corpus.histogram import write_histogram
+    from tensorcad.packing.corpus.histogram import histogram_text
     from tensorcad.packing.corpus.reading import plot
-
-    if args.out and Path(args.out).exists() and not args.force:
-        raise TensorcadError("--out", f"{shown(args.out)} exists; pass --force to replace it, or -o another file")
     from tensorcad.views.answers import lengths_summary
 
+    inputs = _inputs(args)
+    if args.out:  # refused before the corpus is read, not after minutes of counting
+        writable(args.out, "--out", inputs=inputs, force=args.force)
     counted = _merged(args) if args.merge else _counted(args)
     how = ("merged" if args.merge else "tokenizer" if args.tokenizer else args.by
            or (f"column {args.length_column}" if args.length_column else
                "token_count or length where a shard has one, else whitespace"))
     lengths = counted.lengths
     if args.out:
-        write_histogram(lengths, args.out)
+        write_output(args.out, histogram_text(lengths), "--out", inputs=inputs, force=args.force)
     summary = {**lengths_summary(lengths), "empty": counted.empty, "by": how, "shards": counted.shards,
                "workers": counted.workers, "engine": args.engine, "histogram": args.out}
     if args.json:
@@ -239,15 +266,27 @@ def cmd_lengths(args: argparse.Namespace) -> int:
     else:
         where = f"{counted.shards:,} shard{'s' if counted.shards > 1 else ''}" + (
             f", {counted.workers} workers" if counted.workers > 1 else "") + (f" on {args.engine}" if args.engine else "")
-        console.print(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({how}), "
-                      f"{counted.empty:,} empty skipped; {where}")
+        console.print(as_text(f"{lengths.documents:,} documents, {lengths.tokens:,} tokens ({how}), "
+                              f"{counted.empty:,} empty skipped; {where}"))
     console.print(f"mean {lengths.mean:,.1f}, spread {lengths.spread:.3f}, p50 {summary['p50']:,}, "
                   f"p90 {summary['p90']:,}, p99 {summary['p99']:,}, max {summary['max']:,}")
     if not args.no_plot:
         sys.stdout.write(plot(lengths) + "\n")
     if args.out:
-        console.print(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})")
+        console.print(as_text(f"histogram written to {args.out} (analyze ... --pack-lengths {args.out})"))
     return 0
+
+
+def _inputs(args: argparse.Namespace) -> list:
+    """What the command reads: the arguments, and the shards they name (a glob's, a folder's), never written over."""
+    from tensorcad.packing.corpus.shards import shards_of
+
+    if args.merge:
+        return list(args.corpus)
+    try:
+        return [*args.corpus, *shards_of(args.corpus)]
+    except TensorcadError:
+        return list(args.corpus)  # counting words what is wrong with them
 
 
 def _merged(args: argparse.Namespace):
@@ -267,8 +306,7 @@ def _counted(args: argparse.Namespace):
     from tensorcad.packing.corpus.reading import Counting
     from tensorcad.packing.corpus.shards import count_shards, shards_of
 
-    counting = Counting(args.field, args.separator.encode().decode("unicode_escape"), args.by, args.tokenizer,
-                        args.length_column)
+    counting = Counting(args.field, args.separator, args.by, args.tokenizer, args.length_column)
     if args.scheduler and not args.engine:
         raise TensorcadError("--scheduler", "needs --engine dask")
     if args.engine:

@@ -28,7 +28,7 @@ from .commands import (
 )
 from .operating_point import add_operating_point
 from .options import add_model_options
-from .options import EXIT_BAD_INPUT, add_certify_options, add_import_options, filename, integer
+from .options import EXIT_BAD_INPUT, add_certify_options, add_import_options, escaped, filename, integer
 from .views import add_view_commands
 
 
@@ -137,7 +137,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--positions", action="store_true",
                    help="add a positions input (restarting per document, as HF's flattening collator gives them)")
     p.add_argument("--name", help="the design's name (default: the directory's)")
-    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of stdout")
+    p.add_argument("-o", "--output", metavar="FILE", type=filename, help="write to FILE instead of stdout")
 
     p = command("verify", "Build the scaled model and prove it: certify's checks (less goldens) plus "
                 "forward, FLOPs, fused-equals-eager and kept scores.", _runtime_command("verify"),
@@ -196,7 +196,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--length-column", metavar="NAME",
                    help="read each document's length from this column or field (default: token_count or length "
                         "where a shard has one, unless --by or --tokenizer says to count the text)")
-    p.add_argument("--separator", default="\\n\\n",
+    p.add_argument("--separator", default="\\n\\n", type=escaped,
                    help="what divides plain-text documents, backslash escapes allowed (default a blank line)")
     p.add_argument("--by", choices=("bytes", "whitespace"),
                    help="count tokens of the text as UTF-8 bytes or whitespace-separated words (default whitespace, "
@@ -210,8 +210,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="with --engine dask: the cluster's scheduler (tcp://HOST:8786), whose workers read the shards")
     p.add_argument("-o", "--out", default="lengths.json", metavar="FILE",
-                   help="where to write the histogram (default lengths.json; '' not to write)")
-    p.add_argument("--force", action="store_true", help="replace the histogram file if it exists")
+                   help="where to write the histogram (default lengths.json; '' not to write); "
+                        "never over a corpus, nor over a file that exists without --force")
+    p.add_argument("--force", action="store_true", help="write over an existing --out")
     p.add_argument("--no-plot", action="store_true", help="print no plot")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p = command("editor", "Open the local web editor (served on 127.0.0.1 only).", cmd_editor)

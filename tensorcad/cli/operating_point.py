@@ -14,9 +14,10 @@ from tensorcad.errors import TensorcadError
 from .options import integer, packing_option, real
 
 # Where the operating point names a field, the command line names its option.
-OPTION_OF = {"seq": "--seq", "packing.mean": "--pack", "packing.spread": "--pack-spread", "hardware": "--hardware",
-             "gpus": "--gpus", "mfu": "--mfu", "pricePerGpuHour": "--price", "tokens": "--tokens",
-             "trainDtype": "--train-dtype", "serveDtype": "--serve-dtype"}
+OPTION_OF = {"seq": "--seq", "packing.mean": "--pack", "packing.lengths": "--pack-lengths",
+             "packing.spread": "--pack-spread", "hardware": "--hardware", "gpus": "--gpus", "mfu": "--mfu",
+             "pricePerGpuHour": "--price", "tokens": "--tokens", "trainDtype": "--train-dtype",
+             "serveDtype": "--serve-dtype"}
 
 
 

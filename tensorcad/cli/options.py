@@ -49,6 +49,28 @@ def real(text: str) -> float:
     return value
 
 
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[\\nrt0abfv'\"]|(.?))", re.DOTALL)
+
+
+def escaped(text: str) -> str:
+    """Text with Python's backslash escapes read (``\\n``, ``\\x1e``, ``\\u2029``); other text kept as typed.
+
+    ``unicode_escape`` on the whole text mangled ``é`` (it reads UTF-8 bytes as
+    Latin-1) and raised on ``\\x`` or ``\\N``; here each escape is read alone
+    and one that is not an escape is refused.
+    """
+    def read(match: re.Match) -> str:
+        if match.group(1) is not None:
+            raise argparse.ArgumentTypeError(f"{shown(match.group())} is not an escape (\\n, \\t, \\xHH, "
+                                             "\\uHHHH, \\\\ ...)")
+        try:
+            return match.group().encode("ascii").decode("unicode_escape")
+        except UnicodeDecodeError:  # \U past U+10FFFF
+            raise argparse.ArgumentTypeError(f"{shown(match.group())} is no character") from None
+
+    return _ESCAPE.sub(read, text)
+
+
 def filename(text: str) -> str:
     """A file the user names to write: not empty (an empty --out was silently ignored)."""
     if not text or "\0" in text or len(text) > 4096:

@@ -259,7 +259,7 @@ def smoke_train(args: argparse.Namespace) -> int:
         _print_json(result.to_json())
     else:
         console = _console()
-        console.print(result.summary())
+        console.print(result.summary(), markup=False)
     return 0 if result.passed else EXIT_FAILED
 
 

@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Callable
 
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, as_text
 from tensorcad.views.mask_image import drawing
 
 from .operating_point import add_operating_point, operating_point
@@ -34,7 +34,7 @@ def cmd_walkthrough(args: argparse.Namespace) -> int:
         return 0
     out = console()
     for step in steps["steps"]:
-        out.print(f"[bold]{step['title']}[/]")
+        out.print(f"[bold]{as_text(step['title'])}[/]")
         out.print(step["text"], markup=False)
         out.print()
     return 0

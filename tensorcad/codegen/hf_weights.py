@@ -46,7 +46,15 @@ def _hf_rows(layer_types):
 
 def copy_hf_weights(model, state_dict, layer_types):
     """Copy transformers' tensors into model; any key missing, unexpected or
-    misshapen is one error naming every such key."""
+    misshapen is one error naming every such key, and so is anything but a mapping of
+    names to floating-point tensors."""
+    if not isinstance(state_dict, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point()
+        for k, v in state_dict.items()
+    ):
+        raise ValueError(
+            f"not {HF_CLASS}'s weights: expected a dict of names to floating-point tensors"
+        )
     params = dict(model.named_parameters())
     rows = _hf_rows(layer_types)
     expected = {theirs for theirs, _, _ in rows}
@@ -106,49 +114,137 @@ _SAFETENSORS_DTYPES = {
 }
 
 
-def read_safetensors(path):
-    """Every tensor of one .safetensors file, read with torch alone."""
-    import json
+def _regular_file(path):
+    """path, if it is a regular file: a FIFO or a device named like a shard would hang
+    or never end."""
+    import os
+    import stat
 
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        raise ValueError(f"{path}: cannot be read ({e.strerror})") from None
+    if not stat.S_ISREG(mode):
+        raise ValueError(f"{path}: not a regular file")
+    return path
+
+
+def _header_entry(path, key, entry, data_size):
+    """(dtype, shape, start, end) of one tensor, each checked against the file."""
+    if not isinstance(entry, dict) or entry.get("dtype") not in _SAFETENSORS_DTYPES:
+        raise ValueError(f"{path}: {key}: no dtype this reader knows")
+    dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+    shape, offsets = entry.get("shape"), entry.get("data_offsets")
+    if not isinstance(shape, list) or not all(
+        type(n) is int and 0 <= n < 2**48 for n in shape
+    ):
+        raise ValueError(f"{path}: {key}: shape is not a list of sizes")
+    if not isinstance(offsets, list) or len(offsets) != 2:
+        raise ValueError(f"{path}: {key}: data_offsets is not [start, end]")
+    start, end = offsets
+    if not (type(start) is int and type(end) is int and 0 <= start <= end <= data_size):
+        raise ValueError(f"{path}: {key}: data_offsets lie outside the file")
+    count = 1
+    for n in shape:
+        count *= n
+    if (end - start) != count * torch.empty((), dtype=dtype).element_size():
+        raise ValueError(f"{path}: {key}: {end - start} bytes for shape {shape}")
+    return dtype, shape, start, end
+
+
+def read_safetensors(path):
+    """Every tensor of one .safetensors file, read with torch alone; a file that is
+    not one (a header past the file, offsets outside it, sizes that disagree) is a
+    ValueError naming it, before anything is allocated."""
+    import json
+    import os
+
+    size = os.path.getsize(_regular_file(path))
     with open(path, "rb") as f:
-        size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(size))
+        length = int.from_bytes(f.read(8), "little")
+        if size < 8 or length > min(size - 8, 100 * 2**20):
+            raise ValueError(
+                f"{path}: not a safetensors file (header of {length} bytes)"
+            )
+        try:
+            header = json.loads(f.read(length))
+        except (ValueError, RecursionError):
+            raise ValueError(
+                f"{path}: not a safetensors file (its header is not JSON)"
+            ) from None
+        if not isinstance(header, dict):
+            raise ValueError(
+                f"{path}: not a safetensors file (its header is no object)"
+            )
+        entries = {
+            key: _header_entry(path, key, entry, size - 8 - length)
+            for key, entry in header.items()
+            if key != "__metadata__"
+        }
         data = bytearray(f.read())  # writable, so torch.frombuffer shares it quietly
     tensors = {}
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        start, end = entry["data_offsets"]
-        dtype = _SAFETENSORS_DTYPES[entry["dtype"]]
+    for key, (dtype, shape, start, end) in entries.items():
         count = (end - start) // torch.empty((), dtype=dtype).element_size()
         flat = (
             torch.frombuffer(data, dtype=dtype, count=count, offset=start)
             if count
             else torch.empty(0, dtype=dtype)
         )
-        tensors[key] = flat.reshape(entry["shape"])
+        tensors[key] = flat.reshape(shape)
     return tensors
 
 
-def read_checkpoint(directory):
-    """A local transformers checkpoint's state_dict: model.safetensors, its shards, or pytorch_model.bin."""
+def _shards(directory, index):
+    """The shard files an index names, each a file of the directory itself (never
+    ``../x.safetensors``, never a path)."""
     import json
+    import os
+
+    try:
+        with open(_regular_file(index)) as f:
+            weight_map = json.load(f)["weight_map"]
+    except (ValueError, RecursionError, KeyError, TypeError, UnicodeDecodeError):
+        raise ValueError(f"{index}: not an index of shards (a weight_map)") from None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise ValueError(f"{index}: weight_map is not an object of shards")
+    shards = set(weight_map.values())
+    for shard in shards:
+        if (
+            not isinstance(shard, str)
+            or os.path.basename(shard) != shard
+            or shard in ("", ".", "..")
+        ):
+            raise ValueError(f"{index}: {shard!r:.80} is not a file of {directory}")
+    return [_regular_file(os.path.join(directory, shard)) for shard in sorted(shards)]
+
+
+def read_checkpoint(directory):
+    """A local transformers checkpoint's state_dict: model.safetensors, its shards, or
+    pytorch_model.bin; whatever is wrong with the files is one ValueError."""
     import os
 
     single = os.path.join(directory, "model.safetensors")
     index = os.path.join(directory, "model.safetensors.index.json")
     legacy = os.path.join(directory, "pytorch_model.bin")
-    if os.path.isfile(single):
+    if os.path.lexists(single):
         return read_safetensors(single)
-    if os.path.isfile(index):
-        with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
+    if os.path.lexists(index):
         state_dict = {}
-        for shard in shards:
-            state_dict.update(read_safetensors(os.path.join(directory, shard)))
+        for shard in _shards(directory, index):
+            state_dict.update(read_safetensors(shard))
         return state_dict
-    if os.path.isfile(legacy):
-        return torch.load(legacy, map_location="cpu", weights_only=True)
+    if os.path.lexists(legacy):
+        try:
+            return torch.load(
+                _regular_file(legacy), map_location="cpu", weights_only=True
+            )
+        except ValueError:
+            raise
+        # pickle's and torch's own types, for a file that is not a checkpoint
+        except Exception as e:
+            raise ValueError(
+                f"{legacy}: not a checkpoint torch reads ({e})"[:300]
+            ) from None
     raise FileNotFoundError(
         f"{directory}: no model.safetensors, model.safetensors.index.json or pytorch_model.bin"
     )

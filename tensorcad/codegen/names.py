@@ -24,7 +24,10 @@ RESERVED = frozenset(
         "positions", "logits", "form", "b", "h", "q_idx", "kv_idx", "score", "B", "T",
         "C", "q", "k", "v", "y", "cos", "sin", "mask_mod", "score_mod", "block",
         "module", "name", "super", "model", "layer", "Config", "CONFIG", "Model",
-        "FORMS", "COMPILE", "RUNTIME_PATHS",
+        "FORMS", "COMPILE", "RUNTIME_PATHS", "MASKS", "BLOCK", "contextlib", "sys",
+        # The contract Model states (model_class.py) and the recorder it names: a submodule called
+        # `masks` or `recording_attend` replaced what the runtime reads, and the model failed at run time
+        "masks", "recording_attend", "compile_pieces", "runtime_paths",
         # the mixers' runtime (codegen/mixer_runtime.py) and their forward's locals
         "causal_conv", "chunked_scan", "blocks", "z", "u", "c", "g", "dt", "xbc", "qkv", "beta",
         "A", "D", "G", "H", "H_k", "K", "N", "P", "V",

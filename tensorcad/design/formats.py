@@ -13,7 +13,11 @@ permissive parser would quietly accept:
 - explicit tags for anything but plain data (``!!python/object``): refused by
   the safe constructor.
 
-Both readers walk the parsed tree iteratively (no recursion on hostile depth).
+Both readers walk the parsed tree iteratively (no recursion on hostile depth)
+and bound what they accept: at most ``MAX_DEPTH`` levels of nesting and
+integers of at most 4,300 digits (Python's own limit), each refused as one
+``TensorcadError`` naming the file. Every JSON or YAML the project reads (a
+design, a Hugging Face config, a lengths file) goes through these two.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ import re
 from typing import Any
 
 from ..errors import TensorcadError, join, shown
+
+# Levels of nesting a file may hold: a design nests a few levels (composites in
+# composites), a config or a histogram one or two; past this it is hostile, and a
+# reader that recursed on it would die of RecursionError.
+MAX_DEPTH = 64
 
 
 class _Duplicated(dict):
@@ -45,29 +54,36 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict:
     return marked
 
 
+def _too_deep(where: str) -> TensorcadError:
+    return TensorcadError(where, f"nests more than {MAX_DEPTH} levels deep")
+
+
 def _find_duplicate(root: Any, where: str) -> None:
-    stack: list[tuple[Any, str]] = [(root, "")]
+    stack: list[tuple[Any, str, int]] = [(root, "", 0)]
     while stack:
-        value, path = stack.pop()
+        value, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep(where)
         if isinstance(value, _Duplicated):
             raise TensorcadError(join(path, value.duplicate) if path or value.duplicate else where,
                                  f"key {shown(value.duplicate)} is given twice (a key may appear once)")
         if isinstance(value, dict):
-            stack.extend((v, join(path, str(k))) for k, v in value.items())
+            stack.extend((v, join(path, str(k)), depth + 1) for k, v in value.items())
         elif isinstance(value, list):
-            stack.extend((v, join(path, i)) for i, v in enumerate(value))
+            stack.extend((v, join(path, i), depth + 1) for i, v in enumerate(value))
 
 
 def parse_json(text: str, where: str) -> Any:
-    """JSON text to objects; a repeated key is refused naming its path."""
+    """JSON text to objects; a repeated key is refused naming its path, and so is nesting past MAX_DEPTH."""
     try:
         content = json.loads(text, object_pairs_hook=_pairs)
     except RecursionError:
-        raise TensorcadError(where, "nests too deeply to be a design") from None
+        raise _too_deep(where) from None
     except json.JSONDecodeError as e:
         raise TensorcadError(where, f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
-    except ValueError as e:  # e.g. an integer of 5,000 digits
-        raise TensorcadError(where, f"is not valid JSON: {str(e).splitlines()[0]}") from None
+    except ValueError as e:  # an integer of 5,000 digits: Python's int() limit, worded
+        detail = f"an integer of more than {_DIGITS:,} digits" if "digits" in str(e) else str(e).splitlines()[0]
+        raise TensorcadError(where, f"is not valid JSON: {detail}") from None
     _find_duplicate(content, where)
     return content
 
@@ -101,9 +117,16 @@ def _yaml_loader():
         def construct_yaml_int(self, node):
             text = self.construct_scalar(node)
             if text.startswith(("0o", "0x")):
+                if len(text) > _DIGITS:
+                    raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(text):,} digits "
+                                                            f"(at most {_DIGITS:,})", node.start_mark)
                 return int(text[2:], 8 if text[1] == "o" else 16)
             if not re.fullmatch(r"[-+]?[0-9]+", text):
-                raise yaml.constructor.ConstructorError(None, None, f"{text!r} is not an integer", node.start_mark)
+                raise yaml.constructor.ConstructorError(None, None, f"{shown(text)} is not an integer",
+                                                        node.start_mark)
+            if len(text) > _DIGITS:  # int() would raise a bare ValueError past Python's limit
+                raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(text):,} digits "
+                                                        f"(at most {_DIGITS:,})", node.start_mark)
             return int(text, 10)
 
         def construct_yaml_float(self, node):
@@ -146,15 +169,18 @@ def _yaml_loader():
 
 
 _LOADER = None
+_DIGITS = 4_300  # Python's default int_max_str_digits: JSON's reader stops at the same count
 
 
 def _check_yaml_keys(root, where: str) -> None:
     """Refuse a mapping that repeats a key, naming its path (walking composed nodes)."""
     import yaml
 
-    stack = [(root, "")]
+    stack = [(root, "", 0)]
     while stack:
-        node, path = stack.pop()
+        node, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise _too_deep(where)
         if isinstance(node, yaml.MappingNode):
             seen: set = set()
             for key, value in node.value:
@@ -164,9 +190,9 @@ def _check_yaml_keys(root, where: str) -> None:
                 if name in seen:
                     raise TensorcadError(join(path, name), f"key {shown(name)} is given twice (a key may appear once)")
                 seen.add(name)
-                stack.append((value, join(path, name)))
+                stack.append((value, join(path, name), depth + 1))
         elif isinstance(node, yaml.SequenceNode):
-            stack.extend((v, join(path, i)) for i, v in enumerate(node.value))
+            stack.extend((v, join(path, i), depth + 1) for i, v in enumerate(node.value))
 
 
 def parse_yaml(text: str, where: str) -> Any:
@@ -186,7 +212,7 @@ def parse_yaml(text: str, where: str) -> Any:
     except TensorcadError as e:
         raise TensorcadError(e.path or where, e.message) from None
     except RecursionError:
-        raise TensorcadError(where, "nests too deeply to be a design") from None
+        raise _too_deep(where) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]

@@ -21,6 +21,26 @@ def check_id(value: Any, path: str, what: str) -> str:
     return value
 
 
+MAX_NAME = 200  # characters of a design's name
+
+
+def check_name(value: Any, path: str) -> str:
+    """A name a user gives a design (in the file, ``new NAME``, ``import-hf --name``): one printable line.
+
+    1 to 200 characters, no control characters (an ESC or CR would rewrite the
+    terminal when a title prints it) and not only spaces. The one rule every
+    design name passes, wherever it came from; rich markup in it is printed as
+    text (each title escapes it).
+    """
+    if not isinstance(value, str) or not 1 <= len(value) <= MAX_NAME:
+        raise TensorcadError(path, f"must be a string of 1 to {MAX_NAME} characters, got {shown(value)}")
+    if not value.isprintable():
+        raise TensorcadError(path, f"{shown(value)} holds a control character; a name is one printable line")
+    if not value.strip():
+        raise TensorcadError(path, f"{shown(value)} is blank; a name says which design it is")
+    return value
+
+
 def as_object(value: Any, path: str) -> dict:
     if not isinstance(value, dict):
         raise TensorcadError(path, f"expected an object, got {type(value).__name__}")

@@ -21,7 +21,7 @@ from .catalog import KINDS, ROLES
 from .expand import Expander
 from .expr.nodes import FUNCTIONS, INDEX_NAMES, SCORE_NAME
 from .model import Design, Input, Node, Wire
-from .raw import MAX_ID, as_object, check_id, check_kind, no_unknown
+from .raw import MAX_ID, as_object, check_id, check_kind, check_name, no_unknown
 
 _TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output", "hf")
 _NODE_KEYS = ("id", "kind", "in", "params", "description")
@@ -64,9 +64,7 @@ class _Resolver(Expander):
         for key in ("name", "inputs", "nodes", "output"):
             if key not in raw:
                 raise TensorcadError(key, "missing (a design needs name, inputs, nodes and output)")
-        name = raw["name"]
-        if not isinstance(name, str) or not name or len(name) > 200:
-            raise TensorcadError("name", "must be a string of 1 to 200 characters")
+        name = check_name(raw["name"], "name")
         if "description" in raw and not isinstance(raw["description"], str):
             raise TensorcadError("description", "must be a string")
         context = KINDS["pos_embedding"].param("context").check(raw.get("context", 2048), "context")

@@ -23,13 +23,23 @@ is a 4xx with the same one-line JSON, never http.server's HTML page; only a
 bug is a 500, with one line (the traceback goes to the server's log). The
 listen backlog is ``EditorServer.request_queue_size`` (128), so a burst of
 clients queues instead of being reset.
+
+Time and connections are bounded: a request must arrive whole (request line,
+headers and body) within ``Handler.timeout`` seconds of the connection's last
+answer, however it trickles (a timer closes the reading side, and a body cut
+short is a 400); a body that stops arriving is a 408; past
+``MAX_CONNECTIONS`` open connections a new one is answered 429 and closed.
+A request with two ``Host`` headers is refused (403): which one a proxy
+read is not known.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import socket
 import sys
+import threading
 import traceback
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -43,6 +53,8 @@ from . import api
 
 HOST = "127.0.0.1"
 MAX_BODY = 4 * 1024 * 1024
+# Connections held at once: each is a thread; past this a half-open crowd could hold them all.
+MAX_CONNECTIONS = 64
 STATIC = Path(__file__).resolve().parent / "static"
 TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",
          ".css": "text/css; charset=utf-8", ".svg": "image/svg+xml", ".png": "image/png"}
@@ -66,6 +78,30 @@ class EditorServer(ThreadingHTTPServer):
     request_queue_size = 128  # socketserver's default of 5 resets connections past a handful of clients
     initial: dict | None = None  # the design the editor opens with ({design, context}), if one was given
     files: dict[str, Path] = {}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request, client_address) -> None:
+        if not self.slots.acquire(blocking=False):
+            # Answered here, on the accepting thread, in one write: no thread is spent on it.
+            body = b'{"error": "too many connections to the editor; try again", "path": ""}'
+            try:
+                request.sendall(b"HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\n"
+                                b"Connection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" +
+                                body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -141,6 +177,29 @@ class Handler(BaseHTTPRequestHandler):
         self._json(code, {"error": one_line(f"{short}: {message or short}")[:300], "path": ""},
                    {"Connection": "close"})
 
+    # -- the deadline ----------------------------------------------------------
+
+    def handle_one_request(self) -> None:
+        # One deadline for the whole request, not one per read: a client trickling a byte every few
+        # seconds was never closed. When it passes, the reading side is shut (reads see the end).
+        self._deadline = threading.Timer(self.timeout, self._stop_reading)
+        self._deadline.daemon = True
+        self._deadline.start()
+        try:
+            super().handle_one_request()
+        finally:
+            self._deadline.cancel()
+
+    def _stop_reading(self) -> None:
+        try:
+            self.connection.shutdown(socket.SHUT_RD)
+        except OSError:
+            pass
+
+    def _read_all(self) -> None:
+        """The request is in: what follows (the work, the answer) is not on the reading deadline."""
+        self._deadline.cancel()
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         if getattr(self.server, "verbose", False):
             super().log_message(format, *args)
@@ -148,9 +207,10 @@ class Handler(BaseHTTPRequestHandler):
     # -- guards ----------------------------------------------------------------
 
     def _host_ok(self) -> bool:
-        host = (self.headers.get("Host") or "").strip().lower()
+        hosts = self.headers.get_all("Host") or []
         port = self.server.server_address[1]
-        return host in (f"{HOST}:{port}", f"localhost:{port}")
+        # Exactly one: with two, this server read the first and a proxy in front may have read the other.
+        return len(hosts) == 1 and hosts[0].strip().lower() in (f"{HOST}:{port}", f"localhost:{port}")
 
     def _origin_ok(self) -> bool:
         """No Origin (a tool, not a page), or the editor's own page; ``null`` and every other site refused."""
@@ -182,6 +242,7 @@ class Handler(BaseHTTPRequestHandler):
     # -- methods ---------------------------------------------------------------
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._read_all()
         if not self._guarded():
             return
         if self.headers.get("Content-Length") or self.headers.get("Transfer-Encoding"):
@@ -217,7 +278,12 @@ class Handler(BaseHTTPRequestHandler):
             # Not read: the connection is closed instead of draining megabytes.
             return self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
                                 f"request body of {length:,} bytes; at most {MAX_BODY:,}", close=True)
-        data = self.rfile.read(length)
+        try:
+            data = self.rfile.read(length)
+        except TimeoutError:  # it stopped arriving: answered, not dropped without a word
+            return self._refuse(HTTPStatus.REQUEST_TIMEOUT, f"the body stopped arriving before the "
+                                                            f"{length:,} bytes its Content-Length promised", close=True)
+        self._read_all()
         if len(data) < length:
             return self._refuse(HTTPStatus.BAD_REQUEST, f"the body ended after {len(data):,} of the "
                                                         f"{length:,} bytes its Content-Length promised", close=True)
@@ -229,8 +295,9 @@ class Handler(BaseHTTPRequestHandler):
         try:
             body = json.loads(data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as e:
-            detail = f"{e.msg} at line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError) \
-                else "not UTF-8"
+            detail = (f"{e.msg} at line {e.lineno}, column {e.colno}" if isinstance(e, json.JSONDecodeError)
+                      else "not UTF-8" if isinstance(e, UnicodeDecodeError)
+                      else one_line(str(e).split(";")[0]))  # an integer of 5,000 digits
             return self._json(HTTPStatus.BAD_REQUEST, {"error": f"the request is not JSON: {detail}", "path": ""})
         except RecursionError:
             return self._json(HTTPStatus.BAD_REQUEST, {"error": "the request nests too deeply", "path": ""})

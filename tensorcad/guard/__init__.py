@@ -7,7 +7,8 @@
 - ``audit``: the batch audit (``audit_batch``: positions, labels, padding, the
   settings that switch packing off), each a ``Finding``;
 - ``verdicts``: the one-line verdicts; ``check``: ``packing_path``, ``check_batch``;
-- ``replica``: the same architecture and code path at a size that certifies in seconds;
+- ``replica`` (from ``tensorcad.runtime.building``, where ``tensorcad certify MODEL_DIR``
+  builds it too): the same architecture and code path at a size that certifies in seconds;
 - ``session``: ``Guard``, what a callback runs on the first and sampled batches.
 
 Needs torch (and transformers for its models); the names load on first use.
@@ -30,7 +31,7 @@ _LAZY = {
     "PathReport": ".check:PathReport",
     "check_batch": ".check:check_batch",
     "packing_path": ".check:packing_path",
-    "replica": ".replica:replica",
+    "replica": "tensorcad.runtime.building:replica",
     "Guard": ".session:Guard",
 }
 

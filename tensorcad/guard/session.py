@@ -98,7 +98,7 @@ class Guard:
             if not is_hf(model):
                 self._certified_model = _ModelFn(model)  # a plain module certifies as it is
             else:
-                from .replica import replica
+                from tensorcad.runtime.building import replica
 
                 self._certified_model = replica(model)
         return self._certified_model

@@ -9,12 +9,12 @@ No torch and no transformers here: a config is JSON.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..design.formats import parse_json
 from ..errors import TensorcadError, shown
 
 MAX_CONFIG_BYTES = 1024 * 1024  # a config.json is a few KB
@@ -90,26 +90,26 @@ class Reader:
     def int(self, key: str, where: str, default: Any = None, low: int = 1) -> int:
         value = self.map(key, where, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            self.refuse(key, f"expected an integer of at least {low}, got {value!r}")
+            self.refuse(key, f"expected an integer of at least {low}, got {shown(value)}")
         return value
 
     def float(self, key: str, where: str, default: Any = None) -> float:
         value = self.map(key, where, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            self.refuse(key, f"expected a finite number, got {value!r}")
+            self.refuse(key, f"expected a finite number, got {shown(value)}")
         return float(value)
 
     def flag(self, key: str, where: str, default: bool = False) -> bool:
         value = self.map(key, where, default)
         if not isinstance(value, bool):
-            self.refuse(key, f"expected true or false, got {value!r}")
+            self.refuse(key, f"expected true or false, got {shown(value)}")
         return value
 
     def must_be(self, key: str, allowed: tuple, why: str, default: Any = None) -> Any:
         """A key the design follows only at these values (it computes nothing else)."""
         value = self.config.get(key, default)
         if value not in allowed:
-            self.refuse(key, f"{value!r} is not supported: {why}")
+            self.refuse(key, f"{shown(value)} is not supported: {why}")
         self.dispositions[key] = Disposition("ignored", f"at {', '.join(map(repr, allowed))}: {why}")
         return value
 
@@ -126,7 +126,7 @@ class Reader:
         if archs is not None and (
             not isinstance(archs, list) or not all(isinstance(a, str) and a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
         ):
-            self.refuse("architectures", f"{archs!r}: tensorcad imports causal LMs (…ForCausalLM, …LMHeadModel)")
+            self.refuse("architectures", f"{shown(archs)}: tensorcad imports causal LMs (…ForCausalLM, …LMHeadModel)")
 
     def finish(self) -> None:
         """Refuse the first key nothing claimed, naming it."""
@@ -145,6 +145,20 @@ def _special_float(obj: dict[str, Any]) -> Any:
     if len(obj) == 1 and obj.get("__float__") in _SPECIAL_FLOATS:
         return _SPECIAL_FLOATS[obj["__float__"]]
     return obj
+
+
+def _special_floats(root: Any) -> Any:
+    """``_special_float`` applied to every object of ``root`` (parse_json has no object hook), iteratively."""
+    stack = [root]
+    while stack:
+        value = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in list(items):
+            if isinstance(item, dict):
+                value[key] = _special_float(item)
+            if isinstance(value[key], (dict, list)):
+                stack.append(value[key])
+    return _special_float(root) if isinstance(root, dict) else root
 
 
 def read_config(source: str | Path) -> tuple[dict[str, Any], str]:
@@ -169,10 +183,8 @@ def read_config(source: str | Path) -> tuple[dict[str, Any], str]:
         raise TensorcadError(str(path), "is not UTF-8 text") from None
     except OSError as e:
         raise TensorcadError(str(path), f"cannot be read ({e.strerror})") from None
-    try:
-        content = json.loads(text, object_hook=_special_float)
-    except json.JSONDecodeError as e:
-        raise TensorcadError(str(path), f"is not valid JSON: {e.msg} at line {e.lineno}, column {e.colno}") from None
+    # The bounded reader (depth, digits, repeated keys), then transformers' {"__float__": "Infinity"}.
+    content = _special_floats(parse_json(text, str(path)))
     if not isinstance(content, dict):
         raise TensorcadError(str(path), f"a config is an object, not {type(content).__name__}")
     return content, str(path)
@@ -191,7 +203,7 @@ def looks_like_config(source: str | Path) -> bool:
     try:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             return False
-        content = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        content = parse_json(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, ValueError):  # TensorcadError too: the design loader then words what is wrong
         return False
     return isinstance(content, dict) and "model_type" in content and "nodes" not in content

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import shown
 from .config import _DROPOUT, Reader
 from .families import DOCUMENT_MASK, _inputs, reader, shortest_cycle
 from .rope import rope_from, rope_of
@@ -86,7 +87,7 @@ def _silu(r: Reader) -> None:
 def _positive(r: Reader, key: str, where: str, default: float) -> float:
     value = r.float(key, where, default)
     if not value > 0:
-        r.refuse(key, f"expected a positive number, got {value!r}")
+        r.refuse(key, f"expected a positive number, got {shown(value)}")
     return value
 
 
@@ -139,7 +140,7 @@ def starcoder2(r: Reader, model_type: str, name: str, documents: bool, positions
     window = r.map("sliding_window", f"{_ATTN}.window")
     if window is not None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            r.refuse("sliding_window", f"expected a positive integer or null, got {window!r}")
+            r.refuse("sliding_window", f"expected a positive integer or null, got {shown(window)}")
         attention["window"] = window
     for key in ("residual_dropout", "embedding_dropout"):
         r.carry(key, _DROPOUT)
@@ -169,7 +170,7 @@ def smollm3(r: Reader, model_type: str, name: str, documents: bool, positions: b
     if not isinstance(types, list) or len(types) != layers or not set(types) <= {"full_attention", "sliding_attention"}:
         r.refuse("layer_types", f"expected a list of {layers} full_attention or sliding_attention")
     if slide and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        r.refuse("sliding_window", f"sliding layers need a positive window, got {window!r}")
+        r.refuse("sliding_window", f"sliding layers need a positive window, got {shown(window)}")
     per_layer = [(window if slide and t == "sliding_attention" else None, rope if u else None)
                  for t, u in zip(types, uses)]
     cycle = shortest_cycle(per_layer)
@@ -250,7 +251,7 @@ def gemma3_text(r: Reader, model_type: str, name: str, documents: bool, position
     final_cap = r.map("final_logit_softcapping", "nodes[3].params.softcap")
     for key, value in (("attn_logit_softcapping", cap), ("final_logit_softcapping", final_cap)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-            r.refuse(key, f"expected a positive number or null, got {value!r}")
+            r.refuse(key, f"expected a positive number or null, got {shown(value)}")
     if cap is not None:
         attention["score"] = f"tanh(score * {1.0 / cap!r}) * {float(cap)!r}"
     stack: dict[str, Any] = {"ropes": [rope for _, rope in cycle]}
@@ -277,7 +278,7 @@ def _gemma3_layers(r: Reader, shapes: dict[str, int]) -> list:
         r.refuse("layer_types", f"expected a list of {layers} sliding_attention or full_attention")
     window = r.map("sliding_window", "the window of the layers marked sliding_attention")
     if "sliding_attention" in types and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        r.refuse("sliding_window", f"sliding layers need a positive window, got {window!r}")
+        r.refuse("sliding_window", f"sliding layers need a positive window, got {shown(window)}")
     parameters = r.map("rope_parameters", "nodes[1].params.ropes, one a layer type")
     old = r.map("rope_scaling", "the global layers' rope scaling (older files)")
     theta = r.float("rope_theta", "the global layers' rotary base (older files)") if r.has("rope_theta") else None

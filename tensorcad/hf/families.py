@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TensorcadError
+from ..errors import TensorcadError, shown
 from .config import Reader
 from .rope import rope_of
 
@@ -52,6 +52,7 @@ def _rope(r: Reader, head_dim: int, context: int, partial: bool = False) -> tupl
 
 
 MAX_CYCLE = 16  # the most blocks a stack takes in turn (catalog: stack.windows)
+MAX_WINDOW = 2**31  # a sliding window past any context a config states (Qwen2.5 writes 131,072)
 
 
 def _layer_windows(r: Reader, layers: int, window) -> list | None:
@@ -59,13 +60,13 @@ def _layer_windows(r: Reader, layers: int, window) -> list | None:
     types = r.map("layer_types", "nodes[1].params.windows, or the attention's window when every layer has the same")
     if types is None:
         return None
-    if not isinstance(types, list) or len(types) != layers:
+    if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
         r.refuse("layer_types", f"expected a list of {layers} layer types")
     kinds = set(types)
     if not kinds <= {"full_attention", "sliding_attention"}:
         r.refuse("layer_types", f"{sorted(kinds)}: only full_attention and sliding_attention are known")
     if "sliding_attention" in kinds and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
-        r.refuse("sliding_window", f"sliding layers need a positive window, got {window!r}")
+        r.refuse("sliding_window", f"sliding layers need a positive window, got {shown(window)}")
     per_layer = [window if t == "sliding_attention" else None for t in types]
     cycle = shortest_cycle(per_layer)
     if cycle is not None:
@@ -89,6 +90,10 @@ def _windows(r: Reader, model_type: str, layers: int) -> list | None:
             r.flag("use_sliding_window", "nodes[1] windows (transformers writes it into layer_types)")
             r.ignore("max_window_layers", "which layers slide; transformers already wrote it into layer_types")
         window = r.map("sliding_window", "the window of the layer_types marked sliding_attention")
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int)
+                                   or not 1 <= window <= MAX_WINDOW):
+            # Checked even where no layer slides: a value no model could use is a broken config, not a default.
+            r.refuse("sliding_window", f"expected null or an integer in 1..{MAX_WINDOW:,}, got {shown(window)}")
         cycle = _layer_windows(r, layers, window)
         if cycle is None:  # an older file without layer_types
             if model_type == "gemma2":
@@ -109,7 +114,7 @@ def _place_windows(r: Reader, cycle: list | None, attention: dict, stack: dict) 
         return
     if len(cycle) == 1:
         if isinstance(cycle[0], bool) or not isinstance(cycle[0], int) or cycle[0] < 1:
-            r.refuse("sliding_window", f"expected a positive integer or null, got {cycle[0]!r}")
+            r.refuse("sliding_window", f"expected a positive integer or null, got {shown(cycle[0])}")
         attention["window"] = cycle[0]
     else:
         stack["windows"] = cycle
@@ -219,7 +224,7 @@ def gemma2(r: Reader, model_type: str, name: str, documents: bool, positions: bo
     final_cap = r.map("final_logit_softcapping", "nodes[3].params.softcap")
     for key, value in (("attn_logit_softcapping", cap), ("final_logit_softcapping", final_cap)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-            r.refuse(key, f"expected a positive number or null, got {value!r}")
+            r.refuse(key, f"expected a positive number or null, got {shown(value)}")
     r.must_be("use_bidirectional_attention", (None, False), "a causal LM attends to earlier keys only", None)
     r.ignore("cache_implementation", "which KV cache generation uses; the logits are the same")
     attention: dict[str, Any] = {"heads": heads, "kv_heads": kv_heads, "head_dim": head_dim, "causal": True,
@@ -274,8 +279,8 @@ def gpt2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
     else:
         inner = r.int("n_inner", "nodes[2].params.block.params.mlp.hidden")
     activation = r.map("activation_function", "nodes[2].params.block.params.mlp.activation", "gelu_new")
-    if activation not in _GPT2_ACTIVATIONS:
-        r.refuse("activation_function", f"{activation!r} is not one of {', '.join(_GPT2_ACTIVATIONS)}")
+    if not isinstance(activation, str) or activation not in _GPT2_ACTIVATIONS:
+        r.refuse("activation_function", f"{shown(activation)} is not one of {', '.join(_GPT2_ACTIVATIONS)}")
     eps = r.float("layer_norm_epsilon", "nodes[2].params.block.params.eps and nodes[3].params.eps", 1e-5)
     tied = r.flag("tie_word_embeddings", "nodes[4].params.tie", default=True)
     r.must_be("scale_attn_weights", (True,), "scores are scaled by 1/sqrt(head_dim)", True)
@@ -312,9 +317,9 @@ def gpt2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
 
 def family(model_type: Any, where: str):
     if not isinstance(model_type, str):
-        raise TensorcadError(where, f"model_type must be a string, got {model_type!r}")
+        raise TensorcadError(where, f"model_type must be a string, got {shown(model_type)}")
     if model_type in NOT_YET:
-        raise TensorcadError(where, f"{model_type!r}: {NOT_YET[model_type]}")
+        raise TensorcadError(where, f"{shown(model_type)}: {NOT_YET[model_type]}")
     if model_type == "gpt2":
         return gpt2
     if model_type == "gemma2":
@@ -323,4 +328,5 @@ def family(model_type: Any, where: str):
         return llama_like
     if model_type in READERS:  # registered: decoders, hybrid_families (layers that carry state)
         return READERS[model_type]
-    raise TensorcadError(where, f"unknown model_type {model_type!r} (supported: {', '.join(SUPPORTED + tuple(READERS))})")
+    raise TensorcadError(where, f"unknown model_type {shown(model_type)} (supported: "
+                                f"{', '.join(SUPPORTED + tuple(READERS))})")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import TensorcadError
+from ..errors import TensorcadError, shown
 from .config import Reader
 from .families import DOCUMENT_MASK, reader
 from .rope import rope_of
@@ -131,7 +131,7 @@ def bamba(r: Reader, model_type: str, name: str, documents: bool, positions: boo
     attention["bias"] = r.flag("attention_bias", f"{blocks_at}.attention.params.attention.bias")
     indices = r.map("attn_layer_indices", f"{_STACK}.layers (the attention layers)") or []
     if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
-        r.refuse("attn_layer_indices", f"expected layer indices in 0..{layers - 1}, got {indices!r}")
+        r.refuse("attn_layer_indices", f"expected layer indices in 0..{layers - 1}, got {shown(indices)}")
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=False)
     r.ignore("num_logits_to_keep", "how many logits generation computes; a forward pass computes them all")
     r.ignore("z_loss_coefficient", "a term of the training loss, not of the logits")
@@ -157,7 +157,7 @@ def _lfm2_hidden(r: Reader, where: str) -> int:
     multiplier = r.map("block_ffn_dim_multiplier", where)
     if multiplier is not None:
         if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier <= 0:
-            r.refuse("block_ffn_dim_multiplier", f"expected a positive number or null, got {multiplier!r}")
+            r.refuse("block_ffn_dim_multiplier", f"expected a positive number or null, got {shown(multiplier)}")
         multiple = r.int("block_multiple_of", where)
         hidden = int(multiplier * hidden)
         hidden = multiple * ((hidden + multiple - 1) // multiple)

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..design.rope_scaling import SCALINGS
+from ..errors import shown
 from .config import Reader
 
 # transformers' names for the scaling's parameters that the design spells otherwise
@@ -62,7 +63,7 @@ def rope_from(r: Reader, parameters: dict[str, Any], key: str, head_dim: int, *,
     rope: dict[str, Any] = {"theta": theta if theta is not None else _DEFAULT_THETA}
     kind = parameters.get("rope_type", "default")
     if kind != "default" and kind not in SCALINGS:
-        r.refuse(f"{origin.get('rope_type', key)}.rope_type", f"{kind!r} rope scaling is not in the design language "
+        r.refuse(f"{origin.get('rope_type', key)}.rope_type", f"{shown(kind)} rope scaling is not in the design language "
                                      f"(rope scalings: default, {', '.join(SCALINGS)})")
     allowed = {p.name for p in SCALINGS[kind].params} if kind != "default" else set()
     scaling: dict[str, Any] = {"type": kind}
@@ -72,19 +73,19 @@ def rope_from(r: Reader, parameters: dict[str, Any], key: str, head_dim: int, *,
             continue
         if name == "rope_theta":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 1 <= value <= 1e12:
-                r.refuse(where, f"expected a number in 1..1e12, got {value!r}")
+                r.refuse(where, f"expected a number in 1..1e12, got {shown(value)}")
             rope["theta"] = float(value)
         elif name == "partial_rotary_factor":
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 1:
-                r.refuse(where, f"expected a number in (0, 1], got {value!r}")
+                r.refuse(where, f"expected a number in (0, 1], got {shown(value)}")
             if value != 1.0 and not partial:
-                r.refuse(where, f"{value!r}: this family's transformers code rotates every feature of a head")
+                r.refuse(where, f"{shown(value)}: this family's transformers code rotates every feature of a head")
             if value != 1.0:
                 rope["rotary_dim"] = int(head_dim * value)
         elif _RENAMED.get(name, name) in allowed:
             scaling[_RENAMED.get(name, name)] = value
         elif value is not None:
-            r.refuse(where, f"{name!r} belongs to no {kind!r} rope scaling the design language can say")
+            r.refuse(where, f"{shown(name)} belongs to no {shown(kind)} rope scaling the design language can say")
     if kind == "default":
         return rope
     context = r.get("max_position_embeddings")

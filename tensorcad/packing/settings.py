@@ -155,7 +155,12 @@ def packing_of(mean: object, spread: object = None, *, mean_path: str = "pack",
             if given is not None:
                 raise TensorcadError(path, f"needs {mean_path} (the mean document length) or {lengths_path}")
         return None
-    return Packing(check_mean(mean, mean_path),
+    mean = check_mean(mean, mean_path)
+    if mean < 1:
+        # What a user types is a length of whole tokens: 1e-320 or 0.5 describes no corpus (the engine's
+        # closed forms still take such a mean, rounding each document up to one token).
+        raise TensorcadError(mean_path, f"a mean document length of {mean:g} tokens is below one token")
+    return Packing(mean,
                    Packing.spread if spread is None else check_spread(spread, spread_path),
                    strategy=check_strategy("stream" if strategy is None else strategy, strategy_path))
 

@@ -6,6 +6,7 @@ from functools import cached_property
 
 from ..design import load
 from ..design.model import Design
+from ..errors import as_text
 from . import context_parallel, mixers, packing, roles, rope, shapes  # noqa: F401  (each module registers its rules)
 from .registry import RULES, SEVERITIES, Diagnostic, Rule
 
@@ -48,5 +49,5 @@ def render(diagnostics: list[Diagnostic]):
     table = Table("severity", "rule", "path", "message", box=None)
     for d in diagnostics:
         style = {"error": "red", "warn": "yellow", "note": "cyan"}[d.severity]
-        table.add_row(f"[{style}]{d.severity}[/]", d.rule, d.path, d.message)
+        table.add_row(f"[{style}]{d.severity}[/]", d.rule, as_text(d.path), as_text(d.message))
     return table

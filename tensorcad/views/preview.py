@@ -42,6 +42,10 @@ LEAF_SCORES = 4096
 CHUNK = 1 << 20
 # Beyond this many evaluated points, leaves are evaluated on a subgrid (an estimate).
 MAX_EVALUATED = 1 << 26
+# Boxes still undecided at one level of splitting past which the rest are evaluated on the subgrid, not split
+# again: a mask the intervals cannot decide, (q - kv) % 3 == 0, split every box down to LEAF_SCORES (2^20
+# tokens: 2^28 boxes, minutes and gigabytes).
+MAX_UNDECIDED = 1 << 16
 # Roles whose values the preview can make up for a row: the packing's own (design.masks).
 MADE_UP = MADE_UP_ROLES
 
@@ -140,6 +144,8 @@ class _Counter:
             maybe = np.broadcast_to(verdict.maybe, owner.shape)
             np.add.at(self.kept, owner[always], area[always])
             small = maybe & (area <= LEAF_SCORES)
+            if np.count_nonzero(maybe) > MAX_UNDECIDED:
+                small = maybe  # splitting is not deciding: evaluate what is left (on the subgrid, past the budget)
             leaves.append(tuple(a[small] for a in (owner, q_lo, q_hi, kv_lo, kv_hi)))
             split = maybe & ~small
             owner, q_lo, q_hi, kv_lo, kv_hi = _split(*(a[split] for a in (owner, q_lo, q_hi, kv_lo, kv_hi)))

@@ -94,7 +94,7 @@ def test_our_check_agrees_with_jsonschema(value):
 
 def test_errors_name_the_field_under_op():
     design = load("nano-sort")
-    for raw, needle in [({"seq": 0}, "op.seq: 0 is outside"), ({"cp": {"size": 3}}, "op.cp.size: head-tail"),
+    for raw, needle in [({"seq": 0}, "op.seq: 0 is outside"), ({"cp": {"size": 2}}, "op.cp.size: head-tail"),
                         ({"packing": {"spread": 1}}, "op.packing.spread: needs op.packing.mean"),
                         ({"packing": {"mean": 64, "lengths": {"64": 1}}}, "op.packing.mean: cannot be given"),
                         ({"packing": {}}, "op.packing: a packing needs"), ({"cp": {}}, "op.cp.size: context")]:

@@ -182,7 +182,7 @@ def test_context_parallelism_is_the_report_s_section():
 
 
 @pytest.mark.parametrize("cp, path", [
-    ({"size": 3}, "op.cp.size"),
+    ({"size": 64}, "op.cp.size"),  # head-tail chunks of 64 tokens: part blocks
     ({"size": 0}, "op.cp.size"),
     ({"size": True}, "op.cp.size"),
     ({"shard": "ptrr"}, "op.cp.size"),

@@ -122,3 +122,98 @@ def test_the_listen_backlog_holds_a_burst_of_clients():
             s.close()
         httpd.shutdown()
         httpd.server_close()
+
+
+# -- round three (#32) ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("hosts", [b"Host: 127.0.0.1:{PORT}\r\nHost: evil.example\r\n",
+                                   b"Host: evil.example\r\nHost: 127.0.0.1:{PORT}\r\n",
+                                   b"Host: 127.0.0.1:{PORT}\r\nHost: 127.0.0.1:{PORT}\r\n"])
+def test_two_host_headers_are_refused_whichever_comes_first(server, hosts):
+    status, error = exchange(server, b"GET /api/presets HTTP/1.1\r\n" + hosts + b"\r\n")
+    assert status == 403 and "127.0.0.1" in error["error"]
+
+
+def held_open(server, data: bytes, seconds: float, trickle: bool = True) -> tuple[bytes, float]:
+    """Send ``data`` (with ``trickle``, a byte every 50 ms past the first 8), keep the connection open, and read
+    what comes back."""
+    import time
+
+    port = server.server_address[1]
+    data = data.replace(b"{PORT}", str(port).encode())
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=seconds) as s:
+        s.sendall(data[:8] if trickle else data)
+        for byte in data[8:] if trickle else b"":
+            try:
+                s.send(bytes([byte]))
+            except OSError:  # the server closed the reading side: it stopped listening, as it should
+                break
+            time.sleep(0.05)
+        answer = b""
+        try:
+            while chunk := s.recv(65536):
+                answer += chunk
+        except TimeoutError:
+            pass
+    return answer, time.monotonic() - started
+
+
+def test_a_trickling_client_is_answered_and_closed_at_the_deadline(server, monkeypatch):
+    monkeypatch.setattr(Handler, "timeout", 2)  # 15 s in use; the same code
+    body = b'{"design": "nano-sort"}'
+    trickle = (b"POST /api/validate HTTP/1.1\r\n" + GOOD + b"Content-Type: application/json\r\n"
+               b"Content-Length: 23\r\n\r\n" + body)  # 100 bytes at 20 a second: 5 s, every read within 2 s
+    answer, seconds = held_open(server, trickle, 30)
+    assert answer.startswith(b"HTTP/1.1 4") and seconds < 12, (answer[:80], seconds)  # before: 200 after 5 s
+
+
+def test_a_body_shorter_than_its_length_on_an_open_connection_is_4xx(server, monkeypatch):
+    monkeypatch.setattr(Handler, "timeout", 2)
+    short = (b"POST /api/validate HTTP/1.1\r\n" + GOOD + b"Content-Type: application/json\r\n"
+             b"Content-Length: 50\r\n\r\n{}")
+    answer, seconds = held_open(server, short, 30, trickle=False)
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 408")), answer[:80]  # before: closed without a word
+    assert b"of the 50 bytes" in answer and seconds < 12
+
+
+def test_connections_past_the_cap_are_429_and_the_editor_serves_again_after():
+    from tensorcad.editor.server import MAX_CONNECTIONS
+
+    httpd, _ = make_server()
+    port = httpd.server_address[1]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    half_open = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        ask = f"GET /api/presets HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n".encode()
+        import time
+
+        time.sleep(0.5)  # every half-open one accepted, each holding its thread
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(ask)
+            assert s.recv(64).startswith(b"HTTP/1.1 429")
+        for s in half_open:
+            s.close()
+        half_open = []
+        deadline = time.monotonic() + 10
+        while True:  # the slots come back as the threads see their connections end
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                s.sendall(ask)
+                answer = s.recv(64)
+            if answer.startswith(b"HTTP/1.1 200") or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        for s in half_open:
+            s.close()
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_a_request_integer_of_5000_digits_is_400_saying_so(server):
+    body = b'{"design": ' + b"9" * 5000 + b"}"
+    status, error = exchange(server, b"POST /api/validate HTTP/1.1\r\n" + GOOD + b"Content-Type: application/json\r\n"
+                             b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    assert status == 400 and "4300 digits" in error["error"] and "UTF-8" not in error["error"]

@@ -14,12 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 
 import hostile
+import hostile_files
 
-DEFAULT = {"design": 220, "expression": 320, "cli": 260, "mcp": 160, "http": 200}
+DEFAULT = {"design": 220, "expression": 320, "cli": 260, "mcp": 160, "http": 200, "file": 200}
 SLOW = {surface: 5 * n for surface, n in DEFAULT.items()}
 SCALE = float(os.environ.get("TENSORCAD_FUZZ_SCALE", "1"))  # for a quick look while working; CI uses 1
 SURFACES = {"design": hostile.design_files(), "expression": hostile.expressions, "cli": hostile.argvs(),
-            "mcp": hostile.mcp_calls(), "http": hostile.http_requests()}
+            "mcp": hostile.mcp_calls(), "http": hostile.http_requests(), "file": hostile_files.files}
 
 
 def _case(surface: str, drawn) -> dict:
@@ -30,7 +31,7 @@ def _case(surface: str, drawn) -> dict:
         return {"surface": surface, "field": field, "text": drawn}
     if surface == "cli":
         return {"surface": surface, "argv": drawn}
-    if surface == "mcp":
+    if surface in ("mcp", "file"):
         return {"surface": surface, **drawn}
     return {"surface": surface, "request": drawn}
 

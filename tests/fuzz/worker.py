@@ -242,6 +242,18 @@ class Worker:
                 broken = f"an argument of the wrong JSON type was accepted: {case['arguments']!r:.200}"
         return {"ok": broken is None, "why": broken, "outcome": "refused" if result.is_error else "result"}
 
+    # Files a command reads (HF configs, lengths files, corpora; #32): written, read, judged as the CLI is.
+    def file(self, case: dict) -> dict:
+        path = self.scratch / case["name"]
+        path.write_bytes(case["text"].encode("utf-8", "surrogatepass"))
+        try:
+            verdict = self.cli({"argv": [a.replace("{FILE}", case["name"]) for a in case["argv"]]})
+            if verdict["ok"] and path.read_bytes() != case["text"].encode("utf-8", "surrogatepass"):
+                verdict = {"ok": False, "why": "the command wrote over the file it read", "outcome": "broken"}
+            return verdict
+        finally:
+            path.unlink(missing_ok=True)
+
     # HTTP requests, raw bytes, to one editor server kept for the whole run.
     def http_request(self, case: dict) -> dict:
         if self.http is None:
@@ -359,7 +371,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     worker = Worker()
     surfaces = {"cli": worker.cli, "design": worker.design, "expression": worker.expression,
-                "mcp": worker.mcp, "http": worker.http_request}
+                "mcp": worker.mcp, "http": worker.http_request, "file": worker.file}
     verdicts.write(json.dumps({"ready": os.getpid()}) + "\n")
     verdicts.flush()
     for line in sys.stdin:

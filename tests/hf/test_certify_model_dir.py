@@ -189,12 +189,13 @@ def test_a_model_too_large_to_run_here_is_certified_as_a_replica_and_says_so(tmp
 
 
 def test_a_replica_keeps_the_configs_kind_and_grouping_and_shrinks_its_sizes():
-    from tensorcad.runtime.certification.pretrained import replica_config
+    from tensorcad.runtime.building import replica_config
+    from tensorcad.runtime.certification.pretrained import REPLICA_VOCAB
 
     big = transformers.LlamaConfig(vocab_size=128_256, hidden_size=4096, intermediate_size=14_336,
                                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
                                    max_position_embeddings=8192)
-    small = replica_config(big)
+    small = replica_config(big, vocab=REPLICA_VOCAB)
     assert type(small) is transformers.LlamaConfig
     assert (small.num_hidden_layers, small.hidden_size, small.intermediate_size, small.vocab_size) == (2, 64, 128, 512)
     assert (small.num_attention_heads, small.num_key_value_heads, small.head_dim) == (4, 1, 16)  # 4:1 as 32:8

@@ -71,7 +71,7 @@ def parse(text: str, scope: Scope, path: str = "") -> Expr:
             tree = ast.parse(text, mode="eval")
     except SyntaxError as e:
         where = f" at column {e.offset}" if e.offset else ""
-        raise TensorcadError(path, f"not a valid expression{where}: {e.msg} in {text!r}") from None
+        raise TensorcadError(path, f"not a valid expression{where}: {e.msg} in {clip(text)!r}") from None
     except (RecursionError, MemoryError, ValueError) as e:
         raise TensorcadError(path, f"expression could not be parsed ({type(e).__name__}): "
                                    f"{clip(text)!r}") from None
@@ -191,7 +191,7 @@ class _Converter(CallConverter):
     def convert_Name(self, node: ast.Name) -> tuple[Expr, Kind]:
         name = node.id
         if name.startswith("__"):
-            raise self.refuse(f"dunder names are not allowed: {name!r}")
+            raise self.refuse(f"dunder names are not allowed: {clip(name, 60)!r}")
         if name in INDEX_NAMES:
             return Var(name), "int"
         if name == SCORE_NAME:
@@ -203,15 +203,15 @@ class _Converter(CallConverter):
             kind: Kind = ("bool" if isinstance(value, bool)
                           else "int" if isinstance(value, int) else "float")
             if kind == "float" and not self.in_score:
-                raise self.refuse(f"param {name!r} is a float ({value}); a mask is integers "
+                raise self.refuse(f"param {clip(name, 60)!r} is a float ({value}); a mask is integers "
                                   "and booleans")
             return Param(name, value), kind
         if name in self.scope.tensors:
-            raise self.refuse(f"port {name!r} is read by calling it: {name}(b, q) or {name}(b, kv)")
+            raise self.refuse(f"port {clip(name, 60)!r} is read by calling it: {name}(b, q) or {name}(b, kv)")
         if name in self.scope.tables:
-            raise self.refuse(f"table {name!r} is read by calling it with "
+            raise self.refuse(f"table {clip(name, 60)!r} is read by calling it with "
                               f"{self.scope.tables[name]} index expression(s)")
-        raise self.refuse(f"unknown name {name!r} in {self.textclip()!r}; "
+        raise self.refuse(f"unknown name {clip(name, 60)!r} in {self.textclip()!r}; "
                           f"allowed: {self.allowed_names()}")
 
     def textclip(self) -> str:

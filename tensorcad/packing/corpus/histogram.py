@@ -14,11 +14,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from tokenize import TokenError
 from typing import BinaryIO
 
 import numpy as np
 
-from tensorcad.errors import TensorcadError
+from tensorcad.design.formats import parse_json
+from tensorcad.errors import TensorcadError, shown
 
 # A document longer than this is not a document a row could hold (packing.MAX_SEQ).
 MAX_LENGTH = 2**24
@@ -184,18 +186,20 @@ class Lengths:
 
 # -- the loader ------------------------------------------------------------------------
 
-_INTEGER = re.compile(r"[+-]?\d+")
+_INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only: '\u0663' (Arabic-Indic 3) is no length
 
 
 def _int_at(text: str, where: str, what: str) -> int:
     text = text.strip()
+    if not text.isascii():
+        raise TensorcadError(where, f"{what} {shown(text, 40)} is not a number (ASCII digits only)")
     if not _INTEGER.fullmatch(text):
         try:
             number = float(text)
         except ValueError:
-            raise TensorcadError(where, f"{what} {text[:40]!r} is not a number") from None
+            raise TensorcadError(where, f"{what} {shown(text, 40)} is not a number") from None
         if not math.isfinite(number) or number != int(number):
-            raise TensorcadError(where, f"{what} {text[:40]!r} is not a whole number")
+            raise TensorcadError(where, f"{what} {shown(text, 40)} is not a whole number")
         return int(number)
     return int(text)
 
@@ -220,28 +224,29 @@ def _from_table(table: dict[int, int], name: str) -> Lengths:
     return Lengths(tuple(values), tuple(table[v] for v in values), name)
 
 
-def _line_of(text: str, needle: str) -> int:
-    at = text.find(needle)
-    return text.count("\n", 0, at) + 1 if at >= 0 else 1
-
-
 def _json_histogram(text: str, name: str) -> Lengths:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise TensorcadError(f"{name}:{e.lineno}", f"not JSON: {e.msg}") from None
+    try:  # the one bounded reader: depth, digits, a key twice; named as any bad lengths file (file:line)
+        data = parse_json(text, name)
+    except TensorcadError as e:
+        line = re.search(r" at line (\d+), column", e.message)
+        raise TensorcadError(f"{name}:{line.group(1)}" if line and e.path == name else
+                             e.path if e.path.startswith(name) else f"{name}: {e.path}", e.message) from None
     if isinstance(data, list):  # a JSON list of lengths
         return _listed(((f"{name}: element {i}", v) for i, v in enumerate(data)), name)
     if not isinstance(data, dict):
         raise TensorcadError(name, "expected an object of length -> count, or a list of lengths")
     table: dict[int, int] = {}
     for key, count in data.items():
-        where = f"{name}:{_line_of(text, json.dumps(key))}"
-        length = _int_at(key, where, "length")
-        if isinstance(count, bool) or not isinstance(count, (int, float)):
-            raise TensorcadError(where, f"count for length {key!r} is not a number")
-        count = _int_at(repr(count), where, "count")
-        _checked(length, count, where)
+        try:
+            length = _int_at(key, name, "length")
+            if isinstance(count, bool) or not isinstance(count, (int, float)):
+                raise TensorcadError(name, f"count for length {shown(key, 40)} is not a number")
+            count = _int_at(repr(count), name, "count")
+            _checked(length, count, name)
+        except TensorcadError as e:
+            # The line is looked up only for the one bad key: once per key made reading quadratic (100k keys: 60 s).
+            line = text.count("\n", 0, max(text.find(json.dumps(key)), 0)) + 1
+            raise TensorcadError(f"{name}:{line}", e.message) from None
         table[length] = table.get(length, 0) + count
     return _from_table(table, name)
 
@@ -250,7 +255,7 @@ def _listed(items, name: str) -> Lengths:
     table: dict[int, int] = {}
     for where, value in items:
         if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-            raise TensorcadError(where, f"{value!r} is not a length")
+            raise TensorcadError(where, f"{shown(value)} is not a length")
         length = _int_at(str(value), where, "length")
         _checked(length, 1, where)
         table[length] = table.get(length, 0) + 1
@@ -292,6 +297,11 @@ def _npy_promised_bytes(path: Path | BinaryIO) -> tuple[int, int]:
     try:
         start = fp.tell()
         version = npy.read_magic(fp)
+        width = 2 if version == (1, 0) else 4  # the header's length, checked before numpy reads that many bytes
+        size = int.from_bytes(fp.read(width), "little")
+        fp.seek(-width, 1)
+        if size > 10_000:  # past numpy's own max_header_size
+            raise ValueError(f"a header of {size:,} bytes")
         shape, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(fp)
         header_end = fp.tell()
         end = fp.seek(0, 2)
@@ -307,11 +317,12 @@ def _npy_list(path: Path | BinaryIO, name: str) -> Lengths:
         promised, held = _npy_promised_bytes(path)
         if promised <= held:
             array = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as e:
-        raise TensorcadError(name, f"not a .npy array: {e}") from None
+    except (ValueError, OSError, SyntaxError, TokenError) as e:  # a header that is no Python literal: TokenError
+        raise TensorcadError(name, f"not a .npy array: {shown(str(e), 120)}") from None
     if promised > held:  # numpy would allocate what the header promises before finding it missing
         raise TensorcadError(name, f"its header promises {promised:,} bytes of lengths; it holds {held:,}")
-    if array.ndim != 1 or not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+    # By kind, not issubdtype: numpy files timedelta64 under signedinteger, and a duration is no length.
+    if array.ndim != 1 or array.dtype.kind not in "iuf":
         raise TensorcadError(name, f"expected a 1-D array of lengths, got {array.dtype} {array.shape}")
     if array.size == 0:
         raise TensorcadError(name, "holds no lengths")
@@ -342,7 +353,7 @@ def _parquet_list(path: Path | BinaryIO, name: str, column: str | None) -> Lengt
     parts, row = [], 0
     for batch in table.iter_batches(columns=[column]):
         array = batch.column(0).to_numpy(zero_copy_only=False)
-        if not np.issubdtype(array.dtype, np.integer):
+        if array.dtype.kind not in "iu":  # by kind: a duration column (timedelta64) is no length either
             raise TensorcadError(f"{name}: row {row}", f"column {column!r} is {array.dtype}, not integer lengths")
         bad = np.flatnonzero((array <= 0) | (array > MAX_LENGTH))
         if len(bad):
@@ -356,6 +367,15 @@ def _parquet_list(path: Path | BinaryIO, name: str, column: str | None) -> Lengt
     counts = np.concatenate([c for _, c in parts])
     unique, inverse = np.unique(values, return_inverse=True)
     return Lengths(tuple(unique.tolist()), tuple(np.bincount(inverse, weights=counts).astype(np.int64).tolist()), name)
+
+
+def _column_fits(column: str | None, suffix: str, name: str) -> None:
+    """A column is asked of a Parquet file only, and named: '' fell back to ``length``, and other files ignored it."""
+    if column is not None and suffix != ".parquet":
+        raise TensorcadError(name, f"a column ({shown(column, 40)}) is read from a .parquet file only, "
+                                   f"not a {suffix or 'text'} file")
+    if column == "":
+        raise TensorcadError(name, "the column's name is empty (the default is 'length')")
 
 
 def load_lengths(file: str | Path, column: str | None = None) -> Lengths:
@@ -382,6 +402,7 @@ def load_lengths(file: str | Path, column: str | None = None) -> Lengths:
     corpus = f"count a corpus's lengths first: tensorcad lengths {name} (then --pack-lengths lengths.json)"
     if suffix in (".jsonl", ".ndjson"):
         raise TensorcadError(name, f"is a corpus (JSON lines of text), not a file of lengths; {corpus}")
+    _column_fits(column, suffix, name)
     if suffix == ".npy":
         return _npy_list(path, name)
     if suffix == ".parquet":
@@ -415,6 +436,7 @@ def lengths_from_bytes(data: bytes, name: str, column: str | None = None) -> Len
     if not data:
         raise TensorcadError(name, "is empty")
     suffix = Path(name).suffix.lower()
+    _column_fits(column, suffix, name)
     if suffix == ".npy":
         return _npy_list(io.BytesIO(data), name)
     if suffix == ".parquet":
@@ -429,10 +451,14 @@ def lengths_from_bytes(data: bytes, name: str, column: str | None = None) -> Len
     return _csv_histogram(lines, name) if suffix == ".csv" else _text_list(lines, name)
 
 
+def histogram_text(lengths: Lengths) -> str:
+    """``lengths`` as a JSON histogram, one length a line (so errors can name lines)."""
+    return "{\n" + ",\n".join(f'  "{v}": {c}' for v, c in zip(lengths.values, lengths.counts)) + "\n}\n"
+
+
 def write_histogram(lengths: Lengths, file: str | Path) -> None:
-    """Write ``lengths`` as a JSON histogram, one length a line (so errors can name lines)."""
-    body = ",\n".join(f'  "{v}": {c}' for v, c in zip(lengths.values, lengths.counts))
+    """Write ``lengths`` as a JSON histogram (``histogram_text``)."""
     try:
-        Path(file).write_text("{\n" + body + "\n}\n")
+        Path(file).write_text(histogram_text(lengths))
     except OSError as e:
         raise TensorcadError(str(file), f"cannot write: {e.strerror}") from None

@@ -14,7 +14,6 @@ flat however large the file: it is read a line, a chunk or a record batch at a t
 from __future__ import annotations
 
 import gzip
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tensorcad.design.formats import parse_json
 from tensorcad.errors import TensorcadError, shown
 
 from .histogram import MAX_LENGTH, Lengths
@@ -33,6 +33,9 @@ DEFAULT_SEPARATOR = "\n\n"
 BATCH = 256  # documents counted at once (a tokenizer encodes a batch in parallel)
 ROWS = 65_536  # rows of a length column read at once
 CHUNK = 1 << 20  # bytes of plain text read at a time
+# One document past this is no document (a row holds at most 2**24 tokens): the corpus's separator or lines are
+# wrong, and reading on would hold the whole file in memory.
+MAX_DOCUMENT_BYTES = 1 << 28
 KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text"}
 COMPRESSED = (".gz", ".zst")
 
@@ -58,14 +61,14 @@ class Counting:
         names = list(names)
         if self.column is not None:
             if self.column not in names:
-                raise TensorcadError(where, f"no length {noun} {self.column!r} ({noun}s: {', '.join(names)})")
+                raise TensorcadError(where, f"no length {noun} {shown(self.column)} ({noun}s: {shown(', '.join(names))})")
             return self.column, True
         if self.by is None and self.tokenizer is None:
             for name in LENGTH_COLUMNS:
                 if name in names:
                     return name, True
         if self.field not in names:
-            raise TensorcadError(where, f"no {noun} {self.field!r} ({noun}s: {', '.join(names)}; "
+            raise TensorcadError(where, f"no {noun} {shown(self.field)} ({noun}s: {shown(', '.join(names))}; "
                                         "choose one with --field)")
         return self.field, False
 
@@ -104,16 +107,26 @@ def _unreadable() -> tuple[type[BaseException], ...]:
     return OSError, EOFError, ZstdError
 
 
+def _too_long(where: str) -> TensorcadError:
+    return TensorcadError(where, f"a document of more than {MAX_DOCUMENT_BYTES >> 20:,} MiB; no row could hold it "
+                                 "(is --separator or the JSONL's line right?)")
+
+
 def _records(path: Path, seen: Callable[[int], None]) -> Iterator[tuple[int, object]]:
     with open_bytes(path) as f:
-        for number, line in enumerate(f, start=1):
+        number = 0
+        while line := f.readline(MAX_DOCUMENT_BYTES + 1):  # a bounded read: one 900 MB line is no allocation
+            number += 1
             seen(len(line))
+            if len(line) > MAX_DOCUMENT_BYTES:
+                raise _too_long(f"{path}:{number}")
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line)
-            except (json.JSONDecodeError, UnicodeDecodeError) as e:
-                raise TensorcadError(f"{path}:{number}", f"not a JSON line: {getattr(e, 'msg', e)}") from None
+                text = line.decode("utf-8")
+            except UnicodeDecodeError:
+                raise TensorcadError(f"{path}:{number}", "not a JSON line: not UTF-8") from None
+            yield number, parse_json(text, f"{path}:{number}")  # bounded: depth, digits, a key once
 
 
 def _jsonl(path: Path, counting: Counting, seen: Callable[[int], None]) -> Iterator[tuple[bool, list]]:
@@ -122,17 +135,17 @@ def _jsonl(path: Path, counting: Counting, seen: Callable[[int], None]) -> Itera
     for number, record in _records(path, seen):
         where = f"{path}:{number}"
         if not isinstance(record, dict):
-            raise TensorcadError(where, f"no field {key or counting.field!r} (a line is one JSON object)")
+            raise TensorcadError(where, f"no field {shown(key or counting.field)} (a line is one JSON object)")
         if key is None:
             key, lengths = counting.key(record, where, "field")
         if key not in record:
-            raise TensorcadError(where, f"no field {key!r} (choose one with --field)")
+            raise TensorcadError(where, f"no field {shown(key)} (choose one with --field)")
         value = record[key]
         if lengths:
             if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LENGTH:
                 raise TensorcadError(where, f"{key} {shown(value)} is not a length (0..{MAX_LENGTH:,} tokens)")
         elif not isinstance(value, str):
-            raise TensorcadError(where, f"field {key!r} is {type(value).__name__}, not text")
+            raise TensorcadError(where, f"field {shown(key)} is {type(value).__name__}, not text")
         batch.append(value)
         if len(batch) == BATCH:
             yield lengths, batch
@@ -146,7 +159,9 @@ def _texts(path: Path, separator: str, seen: Callable[[int], None]) -> Iterator[
 
     if not separator:
         raise TensorcadError("--separator", "must not be empty")
-    decoder, rest = codecs.getincrementaldecoder("utf-8")("strict"), ""
+    # The document being read is kept as chunks and joined once it ends: `rest + chunk` copied the whole
+    # document again with each chunk, quadratic in its size (300 MB: over a minute).
+    decoder, held, size = codecs.getincrementaldecoder("utf-8")("strict"), [], 0
     with open_bytes(path) as f:
         while True:
             data = f.read(CHUNK)
@@ -157,10 +172,19 @@ def _texts(path: Path, separator: str, seen: Callable[[int], None]) -> Iterator[
                 raise TensorcadError(str(path), "is not UTF-8 text") from None
             if not data:
                 break
-            pieces = (rest + chunk).split(separator)
-            rest = pieces.pop()
+            # A separator may straddle the chunk before and this one: look in the tail of the one before.
+            tail = held[-1][-(len(separator) - 1):] if held and len(separator) > 1 else ""
+            if separator not in tail + chunk:
+                held.append(chunk)
+                size += len(chunk)
+                if size > MAX_DOCUMENT_BYTES:
+                    raise _too_long(str(path))
+                continue
+            pieces = ("".join(held) + chunk).split(separator)
+            held = [pieces.pop()]
+            size = len(held[0])
             yield from pieces
-    yield rest
+    yield "".join(held)
 
 
 def _table(path: Path, kind: str):
@@ -197,9 +221,18 @@ def _columnar(path: Path, kind: str, counting: Counting, seen: Callable[[int], N
         seen(int(per_row * batch.num_rows) if rows else column.nbytes)
         if lengths:
             yield True, _length_column(column, f"{path}: row", row, key)
+        elif not _is_text(column.type):  # ints, lists, structs, bytes: no text to count
+            raise TensorcadError(str(path), f"column {shown(key)} is {shown(str(column.type), 40)}, not text "
+                                            "(a string column)")
         else:
             yield False, ["" if text is None else text for text in column.to_pylist()]  # null: an empty document
         row += batch.num_rows
+
+
+def _is_text(kind) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_null(kind)
 
 
 def _length_column(column, where: str, first_row: int, key: str) -> np.ndarray:
@@ -212,8 +245,9 @@ def _length_column(column, where: str, first_row: int, key: str) -> np.ndarray:
 
 def checked_lengths(array: np.ndarray, where: str, first_row: int, key: str) -> np.ndarray:
     """A numpy column of lengths, checked; a bad one names ``{where} {row}``."""
-    if not np.issubdtype(array.dtype, np.integer):
-        raise TensorcadError(f"{where} {first_row}", f"column {key!r} is {array.dtype}, not whole numbers of tokens")
+    if array.dtype.kind not in "iu":  # by kind: numpy files timedelta64 under integer, and a duration is no length
+        raise TensorcadError(f"{where} {first_row}", f"column {shown(key)} is {array.dtype}, not whole numbers of "
+                                                      "tokens")
     bad = np.flatnonzero((array < 0) | (array > MAX_LENGTH))
     if len(bad):
         raise TensorcadError(f"{where} {first_row + int(bad[0])}",

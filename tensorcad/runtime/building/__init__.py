@@ -13,7 +13,9 @@
   on the engine's rows, against the engine's block and kept-score figures;
 - ``cp_layouts``: ``cp_layout``, the analysis's shardings as layouts (which position each
   gathered slot holds); ``cp_masks``: each rank's block mask by the generated
-  runtime's own ``cp_block_mask``, and a document mask marked like generated ones.
+  runtime's own ``cp_block_mask``, and a document mask marked like generated ones;
+- ``replicas``: ``replica``, a transformers model's architecture and code path at a
+  size that certifies in seconds (the guard's, and ``certify MODEL_DIR --replica``'s).
 
 Imports nothing of ``certification`` or ``training``, the rooms above it.
 """
@@ -54,6 +56,8 @@ _LAZY = {
     "cp_block_mask": ".cp_masks:cp_block_mask",
     "cp_mask_mod": ".cp_masks:cp_mask_mod",
     "document_mask": ".cp_masks:document_mask",
+    "replica": ".replicas:replica",
+    "replica_config": ".replicas:replica_config",
 }
 
 __all__ = list(_LAZY)

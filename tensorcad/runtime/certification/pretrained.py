@@ -29,39 +29,18 @@ from typing import Any
 from tensorcad.errors import TensorcadError
 from tensorcad.hf import PACKINGS, hf_causal_lm, read_config
 
+from ..building import replica_config
 from .model_subject import ModelSubject
 
 MAX_PARAMS = 200_000_000  # past this a CPU run of every certificate takes too long: a replica is certified
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                 "pytorch_model.bin.index.json")
-# A replica keeps the config's kind, attention and window and shrinks only these sizes.
-REPLICA_SIZES = {"num_hidden_layers": 2, "n_layer": 2, "hidden_size": 64, "n_embd": 64, "intermediate_size": 128,
-                 "n_inner": 128, "head_dim": 16, "vocab_size": 512}
+REPLICA_VOCAB = 512  # the certificates draw their own ids: a replica's embedding need not be the model's
 
 
 def has_weights(directory: str | Path) -> bool:
     path = Path(directory)
     return path.is_dir() and any((path / name).is_file() for name in WEIGHT_FILES)
-
-
-def replica_config(config: Any) -> Any:
-    """The same config with 2 layers of width 64 (4 heads, the kv heads' ratio kept), vocabulary at most 512."""
-    shrunk = config.to_dict()
-    for key, size in REPLICA_SIZES.items():
-        if isinstance(shrunk.get(key), int):
-            shrunk[key] = min(shrunk[key], size)
-    heads_key = "num_attention_heads" if "num_attention_heads" in shrunk else "n_head"
-    heads = shrunk.get(heads_key)
-    if isinstance(heads, int) and heads > 0:
-        shrunk[heads_key] = min(heads, 4)
-        kv = shrunk.get("num_key_value_heads")
-        if isinstance(kv, int) and kv > 0:
-            shrunk["num_key_value_heads"] = max(1, shrunk[heads_key] * kv // heads)
-        if "head_dim" in shrunk and isinstance(shrunk.get("hidden_size"), int):
-            shrunk["head_dim"] = shrunk["hidden_size"] // shrunk[heads_key]
-    if isinstance(shrunk.get("layer_types"), list):
-        shrunk["layer_types"] = shrunk["layer_types"][:shrunk.get("num_hidden_layers", 2)]
-    return type(config).from_dict(shrunk)
 
 
 @dataclass(frozen=True)
@@ -106,14 +85,15 @@ def load_model(source: str | Path, *, replica: bool = False) -> tuple[Any, str]:
                                                  f"({str(error).splitlines()[0]})") from None
         return model.eval(), f"its weights ({model.num_parameters():,} parameters)"
     if replica:
-        config = replica_config(config)
+        config = replica_config(config, vocab=REPLICA_VOCAB)
     torch.manual_seed(0)
     try:
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     except ValueError as error:
         raise TensorcadError(where, f"transformers has no causal LM for this config "
                                     f"({str(error).splitlines()[0]})") from None
-    kind = "a replica with 2 layers of width 64" if replica else "random weights"
+    kind = (f"a replica with {config.num_hidden_layers} layers of width {config.hidden_size}" if replica
+            else "random weights")
     return model.eval(), f"{kind}, seeded ({model.num_parameters():,} parameters; {why})"
 
 

@@ -24,7 +24,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from tensorcad.design import Design, load
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, as_text
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def render(result: Trace):
     from rich.table import Table
 
     table = Table("op", "kind", "input", "output", "FLOPs (torch)", "expected", "analysis (kept)",
-                  title=f"{result.design}: one forward pass, {result.rows} x {result.seq} tokens (eager form)",
+                  title=f"{as_text(result.design)}: one forward pass, {result.rows} x {result.seq} tokens (eager form)",
                   box=None, title_justify="left")
     for op in result.ops:
         mark = "" if op.agrees else " [bold red]≠[/]"

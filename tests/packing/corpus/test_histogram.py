@@ -72,7 +72,7 @@ def test_npy_parquet_and_the_written_histogram_round_trip(tmp_path):
     ("bad.txt", "4\n99999999999\n", "bad.txt:2", "longer than"),
     ("bad.json", '{\n  "4": 1,\n  "-1": 2\n}', "bad.json:3", "not positive"),
     ("bad.json", '{\n  "4": 1,\n  "x": 2\n}', "bad.json:3", "not a number"),
-    ("bad.json", '{"4": 1,', "bad.json:1", "not JSON"),
+    ("bad.json", '{"4": 1,', "bad.json:1", "not valid JSON"),
     ("bad.json", '{}', "bad.json", "holds no lengths"),
     ("empty.txt", "", "empty.txt", "is empty"),
     ("blank.txt", "\n\n", "blank.txt", "holds no lengths"),

@@ -58,7 +58,7 @@ def test_parquet_when_pyarrow_is_there(tmp_path):
 
 
 @pytest.mark.parametrize("body, where, message", [
-    ('{"text": "a b"}\n{"text": \n', "c.jsonl:2", "not a JSON line"),
+    ('{"text": "a b"}\n{"text": \n', "c.jsonl:2", "not valid JSON"),
     ('{"text": "a b"}\n{"body": "c"}\n', "c.jsonl:2", "no field 'text'"),
     ('{"text": 5}\n', "c.jsonl:1", "not text"),
     ('\n\n', "c.jsonl", "no non-empty documents"),

@@ -55,6 +55,7 @@ def test_eight_shards_merged_are_the_concatenation_exactly(corpus, tmp_path, cap
     assert load_lengths(tmp_path / "all.json") == expected
     assert json.loads(capsys.readouterr().out)["tokens"] == sum(len(t.split()) for t in documents)
     assert main(merged) == 2  # all.json is there now: replacing it takes --force (issue 33)
+    capsys.readouterr()
     assert main([*merged, "--force"]) == 0 and "histograms merged" in capsys.readouterr().out
 
 

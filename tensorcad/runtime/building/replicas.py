@@ -9,7 +9,8 @@ whole number of ``layer_types`` cycles, at least ``layers``), the width
 MLP (twice the width), windows (no longer than ``window``, so the user's
 documents are longer than the window and show whether it holds) and dropout
 (off: the certificates compare runs, which dropout would make differ). The
-vocabulary is kept: the user's batch indexes it.
+vocabulary is kept unless ``vocab`` caps it: a user's batch indexes it (the guard
+keeps it), a batch tensorcad draws does not (``tensorcad certify MODEL_DIR`` caps it).
 """
 
 from __future__ import annotations
@@ -90,9 +91,10 @@ def _set(config: Any, name: str, value: Any) -> None:
         setattr(config, name, value)
 
 
-def replica_config(config: Any, layers: int = 2, hidden: int = 64, window: int = 16) -> Any:
+def replica_config(config: Any, layers: int = 2, hidden: int = 64, window: int = 16,
+                   vocab: int | None = None) -> Any:
     """A copy of ``config`` at the replica's size (see the module's docstring for what is kept)."""
-    for name, value in (("layers", layers), ("hidden", hidden), ("window", window)):
+    for name, value in (("layers", layers), ("hidden", hidden), ("window", window), ("vocab", vocab or 1)):
         if not isinstance(value, int) or value < 1:
             raise TensorcadError(name, f"a replica's {name} is a whole number >= 1, not {value!r}")
     if hidden % HEAD_CHANNELS:
@@ -112,6 +114,8 @@ def replica_config(config: Any, layers: int = 2, hidden: int = 64, window: int =
     for name, value in config.to_dict().items():
         if isinstance(value, float) and name.endswith(DROPOUT_SUFFIXES):
             _set(small, name, 0.0)
+    if vocab is not None and isinstance(getattr(config, "vocab_size", None), int):
+        small.vocab_size = min(config.vocab_size, vocab)
     small._attn_implementation = getattr(config, "_attn_implementation", None)
     return small
 
