@@ -59,7 +59,7 @@ BAD = [
     ("analyze", {"design": "nano-sort", "op": {"packing": {"men": 64}}}, "op.packing.men: unknown field"),
     ("analyze", {"design": "nano-sort", "op": {"seq": True}}, "op.seq: expected integer or null, got boolean"),
     ("analyze", {"design": "nano-sort", "op": {"packing": {"mean": "64"}}}, "op.packing.mean: expected number"),
-    ("analyze", {"design": "nano-sort", "op": {"cp": {"size": 3}}}, "op.cp.size: head-tail cuts the row"),
+    ("analyze", {"design": "nano-sort", "op": {"cp": {"size": 2}}}, "op.cp.size: head-tail chunks of 64 tokens"),
     ("analyze", {"design": "nano-sort", "op": {"hardware": "TPU"}}, "op.hardware: 'TPU' is not one of A100"),
     ("analyze", {"design": "no-such-preset"}, "no-such-preset"),
     ("show", {"design": {"name": "broken", "inputs": {}, "nodes": [], "output": "x"}}, "inputs"),
