@@ -66,6 +66,8 @@ class BoundaryResult:
     moves: int  # boundary moves run (one forward pass each)
     tolerance: float
     largest: float  # the largest change of a neighbour over every move
+    forwards: int = 0  # model runs made, the unmoved one included
+    method: str = "one boundary a forward"  # how the moves were grouped (`grouped_boundaries`)
 
     @property
     def passed(self) -> bool:
@@ -88,7 +90,7 @@ class BoundaryResult:
     def to_json(self) -> dict:
         worst = self.worst()
         return {"passed": self.passed, "moves": self.moves, "tolerance": self.tolerance,
-                "largest": self.largest, "moved": len(self.moved), "worst": worst.to_json() if worst else None,
+                "largest": self.largest, "moved": len(self.moved), "forwards": self.forwards, "method": self.method, "worst": worst.to_json() if worst else None,
                 "message": self.message()}
 
 
@@ -168,4 +170,4 @@ def check_boundaries(
             largest = max(largest, diff)
             if not diff <= tolerance:
                 moved.append(Move(row, document, change, neighbour, start, diff, at))
-    return BoundaryResult(tuple(moved), len(chosen), tolerance, largest)
+    return BoundaryResult(tuple(moved), len(chosen), tolerance, largest, len(chosen) + 1)

@@ -61,6 +61,8 @@ class FaithfulResult:
     documents: int  # document pieces in the batch (compared is fewer when sampled)
     tolerance: float
     largest: float  # the largest difference over every compared document, within tolerance or not
+    calls: int = 0  # model calls made, the packed run included
+    method: str = "one call a document"  # how the documents were run alone (`batched_faithful`)
 
     @property
     def passed(self) -> bool:
@@ -84,6 +86,7 @@ class FaithfulResult:
         worst = self.worst()
         return {"passed": self.passed, "compared": self.compared, "documents": self.documents,
                 "tolerance": self.tolerance, "largest": self.largest, "differing": len(self.differences),
+                "calls": self.calls, "method": self.method,
                 "worst": worst.to_json() if worst else None, "message": self.message()}
 
 
@@ -147,4 +150,4 @@ def check_faithful(
             largest = max(largest, diff)
             if not diff <= tolerance:
                 differences.append(Difference(row, document, first, end - first, position, diff))
-    return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest)
+    return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest, len(chosen) + 1)

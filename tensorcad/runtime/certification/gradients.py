@@ -20,6 +20,7 @@ generated model) is checked in its eager form there, and the result says so.
 from __future__ import annotations
 
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -63,6 +64,8 @@ class GradientResult:
     still: tuple[tuple[int, int], ...]  # (row, document) whose own embeddings got no gradient
     embedding: str  # the module whose output was held as the leaf
     note: str = ""  # e.g. which form was checked and why
+    backwards: int = 0  # backward passes through the model (after its one forward)
+    method: str = "one backward a document"  # how the losses were taken back (`weighted_gradients`)
 
     @property
     def passed(self) -> bool:
@@ -90,6 +93,7 @@ class GradientResult:
         worst = self.worst()
         return {"passed": self.passed, "losses": self.losses, "documents": self.documents,
                 "leaks": len(self.leaks), "embedding": self.embedding, "note": self.note,
+                "backwards": self.backwards, "method": self.method,
                 "worst": worst.to_json() if worst else None, "message": self.message()}
 
 
@@ -151,18 +155,10 @@ class _EmbeddingLeaf:
             handle.remove()
 
 
-def check_gradient_isolation(
-    model_fn: Callable[..., Any],
-    ids: torch.Tensor,
-    documents: torch.Tensor,
-    positions: torch.Tensor | None = None,
-    *,
-    embedding: nn.Module | None = None,
-    sample: int | None = None,
-    seed: int = 0,
-) -> GradientResult:
-    """One forward in train mode, one backward per document: no gradient may cross a document."""
-    _check_inputs(ids, documents, positions, vocab=2)
+@contextmanager
+def held_embeddings(model_fn: Any, ids: torch.Tensor, embedding: nn.Module | None):
+    """(the embedding leaf, a note) with the model in train mode (the eager form of a flex model on CPU),
+    every module's mode, the form and the hooks restored after."""
     roots = modules_of(model_fn)
     if embedding is None and not roots:
         raise TensorcadError("model_fn", "no nn.Module found in model_fn (itself, .module, .model or its "
@@ -176,19 +172,47 @@ def check_gradient_isolation(
     for m, _ in modes:
         m.train()
     leaf = _EmbeddingLeaf(roots, ids, embedding)
+    try:
+        yield leaf, note
+    finally:
+        leaf.remove()
+        for m, mode in modes:
+            m.train(mode)
+        if note:
+            model_fn.form = original_form
+
+
+def _train_outputs(model_fn, ids, documents, positions, leaf: _EmbeddingLeaf) -> torch.Tensor:
+    """The model's outputs in the forward that makes ``leaf``; refused in one line when no embedding read ids."""
+    out = run_model(model_fn, (ids, documents, positions))
+    if leaf.leaf is None:
+        raise TensorcadError("embedding", "no embedding module read the ids in the forward pass: pass "
+                                          "embedding= the module whose output is the input embeddings")
+    if out.shape[:2] != ids.shape:
+        raise TensorcadError("model_fn", f"outputs shaped {tuple(out.shape)} do not start with "
+                                         f"(B, T) = {tuple(ids.shape)}")
+    return out
+
+
+def check_gradient_isolation(
+    model_fn: Callable[..., Any],
+    ids: torch.Tensor,
+    documents: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    *,
+    embedding: nn.Module | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+) -> GradientResult:
+    """One forward in train mode, one backward per document: no gradient may cross a document."""
+    _check_inputs(ids, documents, positions, vocab=2)
     pieces = segments(documents)
     chosen = pick(len(pieces), sample, seed)
     leaks: list[GradientLeak] = []
     still: list[tuple[int, int]] = []
-    try:
+    with held_embeddings(model_fn, ids, embedding) as (leaf, note):
         with torch.enable_grad():
-            out = run_model(model_fn, (ids, documents, positions))
-            if leaf.leaf is None:
-                raise TensorcadError("embedding", "no embedding module read the ids in the forward pass: pass "
-                                                  "embedding= the module whose output is the input embeddings")
-            if out.shape[:2] != ids.shape:
-                raise TensorcadError("model_fn", f"outputs shaped {tuple(out.shape)} do not start with "
-                                                 f"(B, T) = {tuple(ids.shape)}")
+            out = _train_outputs(model_fn, ids, documents, positions, leaf)
             generator = torch.Generator().manual_seed(seed)
             weights = torch.randn(out.shape, generator=generator, dtype=torch.float32).to(out.device, out.dtype)
             doc_of = documents.cpu()
@@ -209,13 +233,7 @@ def check_gradient_isolation(
                 if bool(outside.any()):
                     size = grad.abs().reshape(*ids.shape, -1).amax(dim=-1).cpu()
                     leaks.extend(_leaks(outside, size, doc_of, row, document))
-    finally:
-        leaf.remove()
-        for m, mode in modes:
-            m.train(mode)
-        if note:
-            model_fn.form = original_form
-    return GradientResult(tuple(leaks), len(chosen), len(pieces), tuple(still), leaf.name, note)
+    return GradientResult(tuple(leaks), len(chosen), len(pieces), tuple(still), leaf.name, note, len(chosen))
 
 
 def _leaks(outside, size, doc_of, row, document) -> list[GradientLeak]:

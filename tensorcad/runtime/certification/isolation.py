@@ -65,6 +65,8 @@ class IsolationResult:
     resolution: float = 0.0  # half the dtype's spacing at the largest |output|: smaller leaks can round away
     dtype: str = ""  # the outputs' dtype, which sets the resolution
     scale: float = 0.0  # the largest |output| of the unperturbed run
+    forwards: int = 0  # model runs made, the unperturbed one included
+    method: str = "one document a forward"  # how the perturbations were grouped (`group_testing`)
 
     @property
     def passed(self) -> bool:
@@ -95,6 +97,7 @@ class IsolationResult:
         return {"passed": self.passed, "perturbed": self.perturbed, "documents": self.documents,
                 "ownChange": self.own_change, "compared": self.compared, "leaks": len(self.leaks),
                 "resolution": self.resolution, "dtype": self.dtype, "scale": self.scale,
+                "forwards": self.forwards, "method": self.method,
                 "worst": worst.to_json() if worst else None, "message": self.message()}
 
 
@@ -190,6 +193,7 @@ def check_isolation(
         leaks=tuple(leaks), perturbed=len(chosen), documents=len(pieces),
         own_change=min(own_changes) if own_changes else 0.0, still=tuple(still), compared=compared,
         resolution=resolution, dtype=str(base.dtype).removeprefix("torch."), scale=scale,
+        forwards=len(chosen) + 1,
     )
 
 
