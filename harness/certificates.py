@@ -146,6 +146,7 @@ def assert_isolated(
     seed: int = 0,
     boundaries: bool = True,
     atol: float | None = None,
+    method: str = "grouped",
 ) -> IsolationReport:
     """Packed documents never see each other: changing one, or moving its end, moves no other's outputs.
 
@@ -157,14 +158,15 @@ def assert_isolated(
     made one token shorter and longer: the next document's outputs, at its own
     positions, must stay within ``atol`` (the dtype's rounding: float32 1e-5).
     With ``forms``, a model with a ``form`` attribute is checked in each form and
-    left as it was. Returns an ``IsolationReport``; raises ``CertificateError``.
+    left as it was. ``method="each"`` runs one forward a document (and a boundary) instead of
+    group testing's few (``tensorcad.runtime.certification.methods``). Returns an
+    ``IsolationReport``; raises ``CertificateError``.
     """
     __tracebackhide__ = True
     ids, documents, positions = unpack_batch(ids, documents, positions, "assert_isolated")
-    from tensorcad.runtime.certification import (
-        check_boundaries,
-        check_isolation,  # torch, on first use
-    )
+    from tensorcad.runtime.certification import certificate  # torch, on first use
+
+    check_isolation, check_boundaries = certificate("isolation", method), certificate("boundaries", method)
 
     model_fn = model_function(model_fn)
     vocab = vocab if vocab is not None else vocab_of(model_fn, ids)
@@ -218,6 +220,7 @@ def assert_faithful(
     atol: float | None = None,
     sample: int | None = None,
     seed: int = 0,
+    method: str = "grouped",
 ) -> Any:
     """Each packed document's outputs equal the same document run alone, within ``atol``.
 
@@ -227,13 +230,15 @@ def assert_faithful(
     document another way: ``alone_fn(ids, documents, positions)``, or ``"model"`` for the
     Hugging Face model behind ``model_fn`` through its own forward (``model(input_ids=ids)``).
     The tolerance defaults to the outputs' dtype (float32: 1e-5) and is stated in the
-    message, with the row, document, position and largest difference. Returns a
+    message, with the row, document, position and largest difference. The documents run
+    alone as rows of padded batches (``method="each"``: one call a document). Returns a
     ``FaithfulResult``; raises ``CertificateError``.
     """
     __tracebackhide__ = True
     ids, documents, positions = unpack_batch(ids, documents, positions, "assert_faithful")
-    from tensorcad.runtime.certification import check_faithful
+    from tensorcad.runtime.certification import certificate
 
+    check_faithful = certificate("faithful", method)
     model = model_fn
     model_fn = model_function(model)
     alone_fn = alone_function(model, model_fn, alone_fn)
@@ -254,6 +259,7 @@ def assert_gradients_isolated(
     embedding: Any = None,
     sample: int | None = None,
     seed: int = 0,
+    method: str = "grouped",
 ) -> Any:
     """In train mode, the loss on one document has exactly zero gradient on every other's embeddings.
 
@@ -261,12 +267,14 @@ def assert_gradients_isolated(
     hook on the model's ``nn.Embedding`` modules; ``embedding=`` names it). The model
     is put in train mode for the check and left as it was; a generated model on CPU is
     checked in its eager form (FlexAttention has no backward there), which the result
-    says. Returns a ``GradientResult``; raises ``CertificateError``.
+    says. The losses go back in two or three weighted passes (``method="each"``: one a
+    document). Returns a ``GradientResult``; raises ``CertificateError``.
     """
     __tracebackhide__ = True
     ids, documents, positions = unpack_batch(ids, documents, positions, "assert_gradients_isolated")
-    from tensorcad.runtime.certification import check_gradient_isolation
+    from tensorcad.runtime.certification import certificate
 
+    check_gradient_isolation = certificate("gradients", method)
     model_fn = model_function(model_fn)
     result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
                                       sample=sample, seed=seed)

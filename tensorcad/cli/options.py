@@ -164,6 +164,9 @@ def add_certify_options(p: argparse.ArgumentParser) -> None:
                    help=f"scale to about this many parameters (default {DEFAULTS['params']:,})")
     p.add_argument("--seed", type=integer, default=DEFAULTS["seed"],
                    help=f"seed of weights, ids, packing and perturbations (default {DEFAULTS['seed']})")
+    p.add_argument("--each-document", action="store_true",
+                   help="run the certificates one pass a document (the slower way, before group testing, "
+                        "padded batches and weighted backward passes), to compare")
 
 
 def settings_option(args: argparse.Namespace):
@@ -181,6 +184,7 @@ def settings_option(args: argparse.Namespace):
         packing = packing_option(args)  # a spread alone is refused, naming --pack-spread
         pack, spread = packing.mean, packing.spread
     try:
-        return Settings(seq=args.seq, pack=pack, spread=spread, params=args.params, seed=args.seed)
+        return Settings(seq=args.seq, pack=pack, spread=spread, params=args.params, seed=args.seed,
+                        method="each" if getattr(args, "each_document", False) else "grouped")
     except TensorcadError as error:
         raise TensorcadError("--" + error.path.removeprefix("tensorcad."), error.message) from None

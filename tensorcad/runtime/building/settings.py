@@ -27,6 +27,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 FORM_NAMES = ("eager", "flex")
+# How the certificates ask their questions (`certification.methods`): a few passes for all the documents
+# (group testing, padded batches, weighted backward passes), or one pass a document, as before issue 29.
+METHODS = ("grouped", "each")
 
 # The settings a `tensorcad` pytest marker may set.
 MARKER_KEYS = ("design", "seq", "pack", "spread", "params", "seed", "forms", "rows", "sample", "model", "collator")
@@ -48,6 +51,7 @@ class Settings:
     sample: int | None = DEFAULTS["sample"]
     model: str | None = None  # a user's model factory, "pkg.module:factory" (the marker's or tensorcad_models')
     collator: str | None = None  # a collator factory, "pkg.module:factory": the batch it packs is the one checked
+    method: str = METHODS[0]  # how the certificates run: METHODS
 
     def __post_init__(self) -> None:
         def integer(name: str, low: int) -> None:
@@ -80,6 +84,8 @@ class Settings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or value.count(":") != 1):
                 raise TensorcadError(f"tensorcad.{name}", f"expected 'pkg.module:factory', got {value!r}")
+        if self.method not in METHODS:
+            raise TensorcadError("tensorcad.method", f"unknown method {self.method!r} ({', '.join(METHODS)})")
 
     def with_marker(self, kwargs: Mapping[str, Any]) -> Settings:
         unknown = sorted(set(kwargs) - set(MARKER_KEYS))
@@ -117,6 +123,8 @@ class Settings:
         return OperatingPoint(seq=settings.seq, packing=settings.packing, seed=settings.seed)
 
     def to_json(self) -> dict:
-        # A user's model and collator only when named: a design's settings read as they always did.
+        # A user's model and collator only when named, the method only when not the default: a design's
+        # settings read as they always did.
         return {f.name: getattr(self, f.name) for f in fields(self)
-                if not (f.name in ("model", "collator") and getattr(self, f.name) is None)}
+                if not (f.name in ("model", "collator") and getattr(self, f.name) is None)
+                and not (f.name == "method" and self.method == METHODS[0])}

@@ -8,7 +8,10 @@
   checks): ``isolation`` (a document's tokens changed move nothing outside
   it), ``boundaries`` (a boundary moved moves nothing after it),
   ``faithful`` (each document as if run alone), ``gradients`` (no gradient
-  crosses documents); ``model_subject``: a user's own model as their subject;
+  crosses documents); each also in a few passes for every document
+  (``group_testing``, ``grouped_boundaries``, ``batched_faithful``,
+  ``weighted_gradients``; ``methods.certificate`` picks by ``Settings.method``);
+  ``model_subject``: a user's own model as their subject;
   ``pretrained``: a Hugging Face model directory (or a factory) as that subject,
   called the way it is trained (``tensorcad certify MODEL_DIR``);
   ``model_calls``: what the model returns read as outputs, what it raises as one
@@ -83,6 +86,13 @@ _LAZY = {
     "default_tolerance": ".faithful:default_tolerance",
     "check_gradient_isolation": ".gradients:check_gradient_isolation",
     "GradientResult": ".gradients:GradientResult",
+    "check_isolation_grouped": ".group_testing:check_isolation_grouped",
+    "check_boundaries_grouped": ".grouped_boundaries:check_boundaries_grouped",
+    "check_faithful_batched": ".batched_faithful:check_faithful_batched",
+    "check_gradients_weighted": ".weighted_gradients:check_gradients_weighted",
+    "certificate": ".methods:certificate",
+    "CERTIFICATES": ".methods:CERTIFICATES",
+    "METHODS": "tensorcad.runtime.building.settings:METHODS",
     "ModelSubject": ".model_subject:ModelSubject",
     "ModelRaised": ".model_calls:ModelRaised",
     "outputs_of": ".model_calls:outputs_of",

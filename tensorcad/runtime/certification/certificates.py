@@ -49,19 +49,24 @@ def _verdict(name: str, result: Any, headline: str, s: Any = None, certificate: 
     return passed(name, result.message(), result.to_json())
 
 
+def _method(s: Any) -> str:
+    return getattr(s.settings, "method", "grouped")
+
+
 def tokens_check(s: Any) -> Check:
-    from .isolation import check_isolation
+    from .methods import certificate
 
     batch = _packed(s)
-    result = check_isolation(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample, seed=s.settings.seed)
+    result = certificate("isolation", _method(s))(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample,
+                                                  seed=s.settings.seed)
     return _verdict("isolation", result, "documents are not isolated", s, "isolation")
 
 
 def boundaries_check(s: Any) -> Check:
-    from .boundaries import check_boundaries
+    from .methods import certificate
 
     batch = _packed(s)
-    result = check_boundaries(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample, seed=s.settings.seed)
+    result = certificate("boundaries", _method(s))(_model(s), *batch, vocab=s.vocab, sample=s.settings.sample, seed=s.settings.seed)
     if result.moves == 0:
         raise Skipped(result.message())
     return _verdict("isolation[boundaries]", result, "documents are not isolated", s, "boundaries",
@@ -69,10 +74,10 @@ def boundaries_check(s: Any) -> Check:
 
 
 def faithful_check(s: Any) -> Check:
-    from .faithful import check_faithful
+    from .methods import certificate
 
     batch = _packed(s)
-    result = check_faithful(_model(s), *batch, alone_fn=getattr(s, "alone", None), sample=s.settings.sample,
+    result = certificate("faithful", _method(s))(_model(s), *batch, alone_fn=getattr(s, "alone", None), sample=s.settings.sample,
                             seed=s.settings.seed)
     boundaries = getattr(s, "verdicts", {}).get("isolation[boundaries]")
     return _verdict("faithful", result, "documents are not computed as if alone", s, "faithful",
@@ -80,10 +85,10 @@ def faithful_check(s: Any) -> Check:
 
 
 def gradients_check(s: Any) -> Check:
-    from .gradients import check_gradient_isolation
+    from .methods import certificate
 
     batch = _packed(s)
-    result = check_gradient_isolation(_model(s), *batch, sample=s.settings.sample, seed=s.settings.seed)
+    result = certificate("gradients", _method(s))(_model(s), *batch, sample=s.settings.sample, seed=s.settings.seed)
     return _verdict("isolation[gradients]", result, "gradients cross documents", s, "gradients")
 
 

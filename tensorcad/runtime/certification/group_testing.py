@@ -7,7 +7,7 @@ every document whose code holds ``k`` and holds every other output bitwise equal
 to the unchanged run. Two distinct codes of one weight never contain each other,
 so for every ordered pair (i, j) some forward changes i and compares j: each
 pair the one-a-forward check asks about is asked here too, in m + 1 forwards
-(32 documents: 7 + 1, not 33; 128: 9 + 1) — fewer than 2·⌈log₂ N⌉ + 1 (Sperner:
+(32 documents: 7 + 1, not 33; 128: 10 + 1, not 129) — fewer than 2·⌈log₂ N⌉ + 1 (Sperner:
 no family of fewer sets separates every ordered pair).
 
 Exactness. Each document is changed by the very shift the one-a-forward check

@@ -71,14 +71,14 @@ def _needs_packed_documents(s: Subject) -> None:
 
 
 def _isolation(s: Subject, form: str) -> Check:
-    from .isolation import check_isolation
+    from .methods import certificate
 
     name = f"isolation[{form}]"
     _needs_packed_documents(s)
     model = s.model(form)
     ids, documents, positions = s.batch
     try:
-        result = check_isolation(model, ids, documents, positions, vocab=s.vocab,
+        result = certificate("isolation", s.settings.method)(model, ids, documents, positions, vocab=s.vocab,
                                  sample=s.settings.sample, seed=s.settings.seed)
     finally:
         model.form = "flex"

@@ -252,7 +252,7 @@ def test_the_results_json_in_full():
     assert result(leaks=(leak,), resolution=0.25, dtype="float16", scale=300.0).to_json() == {
         "passed": False, "perturbed": 3, "documents": 4, "ownChange": 0.5, "compared": 40,
         "leaks": 1, "resolution": 0.25, "dtype": "float16", "scale": 300.0,
-        "worst": leak.to_json(), "message": leak.message()}
+        "forwards": 0, "method": "one document a forward", "worst": leak.to_json(), "message": leak.message()}
     assert result().to_json()["worst"] is None and result().to_json()["passed"] is True
 
 
