@@ -267,7 +267,7 @@ def assert_gradients_isolated(
     hook on the model's ``nn.Embedding`` modules; ``embedding=`` names it). The model
     is put in train mode for the check and left as it was; a generated model on CPU is
     checked in its eager form (FlexAttention has no backward there), which the result
-    says. The losses go back in two or three weighted passes (``method="each"``: one a
+    says. The losses go back in three weighted passes (``method="each"``: one a
     document). Returns a ``GradientResult``; raises ``CertificateError``.
     """
     __tracebackhide__ = True
