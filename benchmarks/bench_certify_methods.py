@@ -1,0 +1,46 @@
+"""`tensorcad certify nano-sort` with the grouped certificates (the default) against one pass a document
+(`--each-document`, the path before issue 29), in the same run, each in a fresh model cache.
+
+``extra_info`` holds each check's seconds both ways and the ratio of the totals (the figure to read). Nothing is
+asserted about time; every check must pass both ways, with the same outcomes.
+
+    python -m pytest benchmarks/bench_certify_methods.py -o python_files='bench_*.py' -p no:cacheprovider
+
+Under ``--benchmark-disable`` (CI) only the eager isolation check runs, both ways.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytest.importorskip("torch")
+
+DESIGN = "nano-sort"
+
+
+def _certify(method: str, only):
+    import tensorcad
+    from tensorcad.runtime.building.settings import Settings
+    from tensorcad.runtime.building.subject import clear_models
+    from tensorcad.runtime.certification import certify
+
+    clear_models()
+    start = time.perf_counter()
+    checks = certify(tensorcad.load(DESIGN), Settings(method=method), only=only)
+    return checks, time.perf_counter() - start
+
+
+def test_certify_grouped_against_each_document(benchmark):
+    only = ("isolation[eager]",) if benchmark.disabled else None
+    each, each_s = _certify("each", only)
+    grouped, grouped_s = benchmark.pedantic(_certify, args=("grouped", only), rounds=1, iterations=1)
+    assert [c.outcome for c in grouped] == [c.outcome for c in each]
+    assert all(c.outcome in ("passed", "skipped") for c in grouped), [(c.name, c.message) for c in grouped]
+    benchmark.extra_info.update({
+        "design": DESIGN, "each_s": round(each_s, 2), "grouped_s": round(grouped_s, 2),
+        "ratio": round(each_s / grouped_s, 2),
+        "seconds": {c.name: {"each": round(e.seconds, 2), "grouped": round(c.seconds, 2)}
+                    for c, e in zip(grouped, each)},
+    })
