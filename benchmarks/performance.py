@@ -2,11 +2,14 @@
 
     python benchmarks/performance.py                 # run everything (~15 min on 2 cores), write the page
     python benchmarks/performance.py --from .benchmarks/performance-run.json  # render that run again
+    python benchmarks/performance.py --device cuda   # the page's CUDA section only, on a CUDA machine
 
 Every figure comes from one pytest-benchmark run of benchmarks/bench_{analysis,
 block_mask,forward,hf}.py (their extra_info), and every comparison is a ratio of two
 timings taken in that run, beside the target it answers to. The CUDA section runs
-where torch sees a CUDA device and says "not run" otherwise.
+where torch sees a CUDA device and says "not run" otherwise; ``--device cuda`` runs
+it alone and puts it in the page in place of the one there (without a CUDA device
+it says so and leaves the page as it is).
 """
 
 from __future__ import annotations
@@ -278,6 +281,21 @@ def cuda_section() -> list[str]:
     return out
 
 
+def cuda_only(output: Path) -> int:
+    """The CUDA section, run now, in place of the page's (skipped, the page untouched, without CUDA)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("skipped: torch sees no CUDA device on this machine; the page keeps its CUDA section")
+        return 0
+    page = output.read_text()
+    head, _, rest = page.partition("## CUDA\n")
+    _, _, tail = rest.partition("\n## ")
+    output.write_text(head + "\n".join(cuda_section()) + "\n" + (f"\n## {tail}" if tail else ""))
+    print(f"wrote the CUDA section of {output}")
+    return 0
+
+
 def merged(runs: list[dict]) -> dict:
     """One run of every benchmark: a test measured again (a later run) replaces the earlier."""
     benchmarks = {}
@@ -312,7 +330,11 @@ def main(argv=None) -> int:
                         help="saved pytest-benchmark JSON runs (a later run's test replaces an earlier's)")
     parser.add_argument("-o", "--output", type=Path, default=ROOT / "docs" / "performance.md")
     parser.add_argument("--note", default="", help="a line under the header (how this page's runs were made)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cuda: run the CUDA section alone and replace it in the page")
     args = parser.parse_args(argv)
+    if args.device == "cuda":
+        return cuda_only(args.output)
     start = time.perf_counter()
     if args.saved:
         run, seconds = merged([json.loads(p.read_text()) for p in args.saved]), None
