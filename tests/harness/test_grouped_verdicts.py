@@ -189,3 +189,19 @@ def test_padding_that_reaches_a_document_is_run_alone_before_it_is_called_unfait
     assert grouped.passed is each.passed is False
     assert set(grouped.differences) == set(each.differences)
     assert "run alone" in grouped.method
+
+
+def test_the_method_is_named_or_refused_by_name():
+    from tensorcad.cli.dispatch import parser as cli_parser
+    from tensorcad.cli.options import settings_option
+    from tensorcad.errors import TensorcadError
+    from tensorcad.runtime.building.settings import Settings
+
+    with pytest.raises(TensorcadError, match=r"^tensorcad.method: unknown method 'fast' \(grouped, each\)$"):
+        Settings(method="fast")
+    with pytest.raises(TensorcadError, match=r"^method: unknown method 'fast' \(grouped, each\)$"):
+        certificate("isolation", "fast")
+    assert Settings().to_json() == {k: v for k, v in Settings(method="each").to_json().items() if k != "method"}
+    parser = cli_parser()
+    assert settings_option(parser.parse_args(["certify", "nano-sort", "--each-document"])).method == "each"
+    assert settings_option(parser.parse_args(["certify", "nano-sort"])).method == "grouped"
