@@ -131,7 +131,8 @@ def check_isolation_grouped(
             for index in changed:
                 row, _, first, end = pieces[index]
                 change = float(size[row, first:end].max()) if end > first else 0.0
-                own[index] = max(own[index], change) if change == change else float("inf")
+                # a NaN stays (as alone: NaN is no change that can be trusted, the document counts as still)
+                own[index] = change if (change != change or own[index] != own[index]) else max(own[index], change)
             targets = _moved_pieces(moved, of_piece)
             if targets:
                 _attribute(runs, changed, targets, of_piece, found, budget, unattributed)
