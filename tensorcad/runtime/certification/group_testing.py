@@ -132,7 +132,7 @@ def check_isolation_grouped(
                 row, _, first, end = pieces[index]
                 change = float(size[row, first:end].max()) if end > first else 0.0
                 # a NaN stays (as alone: NaN is no change that can be trusted, the document counts as still)
-                own[index] = change if (change != change or own[index] != own[index]) else max(own[index], change)
+                own[index] = float("nan") if change != change or own[index] != own[index] else max(own[index], change)
             targets = _moved_pieces(moved, of_piece)
             if targets:
                 _attribute(runs, changed, targets, of_piece, found, budget, unattributed)
