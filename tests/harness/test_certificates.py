@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn as nn
 
 from harness import CertificateError, assert_faithful, assert_gradients_isolated, assert_isolated
 from planted_models import VOCAB, TinyAttention
