@@ -6,7 +6,8 @@ it as it is) in its eager form, on 2 rows x 512 tokens of 96-token documents
 benchmark times one certificate and, in the same test, the model's plain forward
 pass; ``extra_info`` holds the ratio (the figure to read: it travels between
 machines, an absolute time does not) and the passes each certificate makes.
-Nothing is asserted about time; each certificate must pass.
+Nothing is asserted about time; each certificate must pass. Each runs both ways: grouped (the default:
+a few passes for every document) and one pass a document (``each``, as before issue 29).
 
     python -m pytest benchmarks/bench_certificates.py -o python_files='bench_*.py' -p no:cacheprovider
 
@@ -47,29 +48,23 @@ def _design():
     })
 
 
-def _run(name, model, batch, vocab):
-    from tensorcad.runtime.certification.boundaries import check_boundaries
-    from tensorcad.runtime.certification.faithful import check_faithful
-    from tensorcad.runtime.certification.gradients import check_gradient_isolation
-    from tensorcad.runtime.certification.isolation import check_isolation
+def _run(name, method, model, batch, vocab):
+    from tensorcad.runtime.certification import certificate
 
-    if name == "isolation":
-        return check_isolation(model, *batch, vocab=vocab)
-    if name == "isolation[boundaries]":
-        return check_boundaries(model, *batch, vocab=vocab)
-    if name == "faithful":
-        return check_faithful(model, *batch)
-    return check_gradient_isolation(model, *batch)
+    run = certificate({"isolation": "isolation", "isolation[boundaries]": "boundaries", "faithful": "faithful",
+                       "isolation[gradients]": "gradients"}[name], method)
+    return run(model, *batch, vocab=vocab) if name in ("isolation", "isolation[boundaries]") else run(model, *batch)
 
 
 def _passes(name, result) -> int:
-    """Model runs the certificate makes: forwards, or (gradients) one forward and one backward a document."""
-    return {"isolation": lambda r: r.perturbed + 1, "isolation[boundaries]": lambda r: r.moves + 1,
-            "faithful": lambda r: r.compared + 1, "isolation[gradients]": lambda r: r.losses}[name](result)
+    """Model runs the certificate makes: forwards (calls), or (gradients) backward passes after one forward."""
+    return {"isolation": lambda r: r.forwards, "isolation[boundaries]": lambda r: r.forwards,
+            "faithful": lambda r: r.calls, "isolation[gradients]": lambda r: r.backwards}[name](result)
 
 
+@pytest.mark.parametrize("method", ("grouped", "each"))
 @pytest.mark.parametrize("name", CERTIFICATES)
-def test_certificate_against_one_forward(benchmark, name):
+def test_certificate_against_one_forward(benchmark, name, method):
     import torch
 
     from tensorcad.runtime.building.settings import Settings
@@ -84,10 +79,10 @@ def test_certificate_against_one_forward(benchmark, name):
     with torch.no_grad():
         model(*batch)  # warm
         forward = min(_timed(lambda: model(*batch)) for _ in range(5))
-    result = benchmark.pedantic(_run, args=(name, model, batch, vocab), rounds=1 if benchmark.disabled else 3,
+    result = benchmark.pedantic(_run, args=(name, method, model, batch, vocab), rounds=1 if benchmark.disabled else 3,
                                 iterations=1)
     assert result.passed, result.message()
-    info = {"rows": ROWS, "seq": seq, "documents": result.documents if hasattr(result, "documents") else None,
+    info = {"method": result.method, "rows": ROWS, "seq": seq, "documents": result.documents if hasattr(result, "documents") else None,
             "passes": _passes(name, result), "forward_s": forward}
     if benchmark.stats is not None:
         mean = benchmark.stats.stats.mean
