@@ -30,6 +30,7 @@ a failure names its source exactly and a false alarm cannot fail the check.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable
 
 import torch
@@ -112,7 +113,5 @@ def _consistent(grads: list[torch.Tensor], passes: list[torch.Tensor]) -> bool:
 
 
 def _said(result: GradientResult, method: str, extra: int = 0) -> GradientResult:
-    from dataclasses import replace
-
     return replace(result, method=method, backwards=result.backwards + extra)
 
