@@ -29,8 +29,9 @@ import torch
 
 from tensorcad.errors import TensorcadError
 
-from .faithful import Difference, FaithfulResult, check_faithful, default_tolerance, largest_difference
-from .isolation import _check_inputs, _outputs, pick, segments
+from .faithful import Difference, FaithfulResult, alone_outputs, check_faithful, default_tolerance, largest_difference
+from .isolation import _check_inputs, pick, segments
+from .model_calls import ModelRaised, run_model, same_positions
 
 
 def buckets(lengths: list[int], most: int = 2) -> list[list[int]]:
@@ -76,13 +77,14 @@ def check_faithful_batched(
 ) -> FaithfulResult:
     """`faithful.check_faithful`'s certificate with the documents alone as rows of at most two padded batches."""
     _check_inputs(ids, documents, positions, vocab=2)
+    who = "alone_fn" if alone_fn is not None else "model_fn"
     lone = alone_fn or model_fn
     pieces = segments(documents)
     chosen = pick(len(pieces), sample, seed)
     differences: list[Difference] = []
     largest, calls, doubted = 0.0, 1, []
     with torch.no_grad():
-        packed = _outputs(model_fn(ids, documents, positions))
+        packed = run_model(model_fn, (ids, documents, positions))
         if packed.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(packed.shape)} do not start with "
                                              f"(B, T) = {tuple(ids.shape)}")
@@ -91,10 +93,10 @@ def check_faithful_batched(
             group = [pieces[chosen[k]] for k in bucket]
             batch = padded_rows(ids, documents, positions, group)
             try:
-                out = _outputs(lone(*batch))
-            except Exception as error:  # noqa: BLE001 - a model that cannot take a padded batch runs one a call
+                out = run_model(lone, batch, f"{who} (documents alone as rows of a padded batch)")
+            except ModelRaised as error:  # a model that cannot take a padded batch runs one a call
                 return _one_a_call(model_fn, ids, documents, positions, alone_fn, atol, sample, seed,
-                                   f"the padded batch raised {type(error).__name__}")
+                                   f"the padded batch raised {type(error.__cause__).__name__}")
             calls += 1
             if out.shape[:2] != batch[0].shape or out.shape[2:] != packed.shape[2:]:
                 return _one_a_call(model_fn, ids, documents, positions, alone_fn, atol, sample, seed,
@@ -106,7 +108,8 @@ def check_faithful_batched(
                 else:
                     doubted.append((row, document, first, end))
         for row, document, first, end in doubted:  # each run alone, as `faithful` runs it: that run's verdict
-            alone = _alone(lone, ids, documents, positions, (row, document, first, end))
+            alone = alone_outputs(lone, ids, documents, positions, (row, document, first, end), who)
+            same_positions(alone, packed[row, first:end], who)
             calls += 1
             diff, position = largest_difference(packed[row, first:end], alone)
             largest = max(largest, diff)
@@ -117,18 +120,6 @@ def check_faithful_batched(
         method += f" ({len(doubted)} beyond the tolerance there run alone)"
     return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest, calls, method)
 
-
-def _alone(lone, ids, documents, positions, piece) -> torch.Tensor:
-    """One piece as `faithful` runs it: a one-document row, positions 0..L-1; its (L, ...) outputs."""
-    row, _, first, end = piece
-    alone_ids = ids[row:row + 1, first:end]
-    alone_pos = None if positions is None else torch.arange(end - first, dtype=positions.dtype,
-                                                            device=positions.device)[None]
-    alone = _outputs(lone(alone_ids, torch.zeros_like(alone_ids, dtype=documents.dtype), alone_pos))
-    if alone.shape[:2] != (1, end - first):
-        raise TensorcadError("alone_fn", f"outputs shaped {tuple(alone.shape)} for a document of "
-                                         f"{end - first} tokens")
-    return alone[0]
 
 
 def _one_a_call(model_fn, ids, documents, positions, alone_fn, atol, sample, seed, why) -> FaithfulResult:

@@ -40,7 +40,8 @@ import torch
 
 from tensorcad.errors import TensorcadError
 
-from .isolation import IsolationResult, Leak, _check_inputs, _outputs, _resolution, pick, segments
+from .isolation import IsolationResult, Leak, _check_inputs, _resolution, pick, segments
+from .model_calls import run_model
 
 
 def codes(count: int) -> list[tuple[int, ...]]:
@@ -85,7 +86,8 @@ class _Runs:
             row, _, first, end = self.pieces[index]
             ids[row, first:end] = (self.ids[row, first:end] + self.shifts[index]) % self.vocab
             inside[row, first:end] = True
-        out = _outputs(self.model_fn(ids, self.documents, self.positions)).reshape(self.base.shape)
+        who = f"model_fn ({len(changed)} document{'s' if len(changed) != 1 else ''} changed together)"
+        out = run_model(self.model_fn, (ids, self.documents, self.positions), who).reshape(self.base.shape)
         self.forwards += 1
         moved = (out != self.base).any(dim=-1).cpu() & ~inside  # NaN != NaN counts as moved
         size = (out - self.base).abs().amax(dim=-1).cpu() if out.numel() else torch.zeros(self.ids.shape)
@@ -114,7 +116,7 @@ def check_isolation_grouped(
     for index, (row, _, first, end) in enumerate(pieces):
         of_piece[row, first:end] = index
     with torch.no_grad():
-        base = _outputs(model_fn(ids, documents, positions))
+        base = run_model(model_fn, (ids, documents, positions))
         if base.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(base.shape)} do not start with (B, T) = {tuple(ids.shape)}")
         width = int(np.prod(base.shape[2:], dtype=np.int64))

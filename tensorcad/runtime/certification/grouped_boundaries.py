@@ -36,7 +36,8 @@ from tensorcad.errors import TensorcadError
 
 from .boundaries import LONGER, SHORTER, BoundaryResult, Move
 from .faithful import default_tolerance, largest_difference
-from .isolation import _check_inputs, _outputs, pick, segments
+from .isolation import _check_inputs, pick, segments
+from .model_calls import run_model
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class GroupedMove(Move):
                 f"{self.neighbour} then starts at {self.start + self.shift}, not {self.start}) moved "
                 f"document {self.neighbour}'s outputs by {self.largest:.3g} at its position "
                 f"{self.position} (tolerance {tolerance:g}): its outputs depend on where it starts "
-                "in the row, as when positions are counted through the row")
+                "in the row")
 
 
 def _edited_rows(tensors, pieces, edits, change, tokens):
@@ -133,7 +134,7 @@ def check_boundaries_grouped(
     moved: dict[tuple[int, int], GroupedMove] = {}
     largest, forwards = 0.0, 1
     with torch.no_grad():
-        base = _outputs(model_fn(ids, documents, positions))
+        base = run_model(model_fn, (ids, documents, positions))
         if base.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(base.shape)} do not start with "
                                              f"(B, T) = {tuple(ids.shape)}")
@@ -142,7 +143,8 @@ def check_boundaries_grouped(
         def run(change: int, edits: set[int]) -> dict[int, int | None]:
             nonlocal largest, forwards
             edited, shift_of = _edited_rows((ids, documents, positions), pieces, edits, change, tokens)
-            out = _outputs(model_fn(*edited))
+            how = "shorter" if change == SHORTER else "longer"
+            out = run_model(model_fn, tuple(edited), f"model_fn ({len(edits)} documents one token {how} together)")
             forwards += 1
             for index, shift in shift_of.items():
                 if not shift:
