@@ -205,3 +205,24 @@ def test_the_method_is_named_or_refused_by_name():
     parser = cli_parser()
     assert settings_option(parser.parse_args(["certify", "nano-sort", "--each-document"])).method == "each"
     assert settings_option(parser.parse_args(["certify", "nano-sort"])).method == "grouped"
+
+
+def test_outputs_read_by_name_and_a_raise_named_by_its_run(batch):
+    from tensorcad.runtime.certification import ModelRaised
+
+    model = TinyAttention(mask=False)
+    named = lambda ids, documents, positions: {"logits": model(ids, documents, positions)}  # noqa: E731
+    for name in ("isolation", "boundaries", "faithful"):
+        options = {"vocab": VOCAB} if name != "faithful" else {}
+        assert not certificate(name, "grouped")(named, *batch, **options).passed  # a dict's logits, read by name
+    calls = []
+
+    def fails_when_changed(ids, documents, positions):
+        calls.append(1)
+        if len(calls) > 1:
+            raise RuntimeError("out of memory")
+        return model(ids, documents, positions)
+
+    with pytest.raises(ModelRaised, match=r"^model_fn \(\d+ documents changed together\): raised RuntimeError: "
+                                          r"out of memory$"):
+        certificate("isolation", "grouped")(fails_when_changed, *batch, vocab=VOCAB)
