@@ -53,6 +53,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     forget_goldens_seen()  # "two goldens for one name" is a question of one run
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    from .worker_exit import finish_quietly
+
+    finish_quietly(session.config)  # xdist sends the worker's results after this hook
+
+
 def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     if file_path == parent.config.inipath:
         from .models import collect_file as collect_models

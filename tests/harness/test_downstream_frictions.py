@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 MODELS = """
     import torch
     import torch.nn as nn
@@ -98,3 +100,33 @@ def test_a_factory_that_raises_in_the_child_says_so_once_in_one_line(project):
     assert out.count("my_models:broken raised ValueError: no checkpoint at /models/mine (my_models.py:") == 1
     assert out.count("could not make the model (why: its isolation item)") == len(MODEL_CHECKS) - 1
     assert " | " not in out
+
+
+SLOW_EXIT = """
+    import gc
+    import time
+
+    import hypothesis.internal.conjecture.junkdrawer as junkdrawer
+
+
+    def pytest_configure(config):
+        junkdrawer.gc_cumulative_time()  # installs hypothesis's gc hook, where the interrupt landed
+
+
+    def pytest_unconfigure(config):
+        if hasattr(config, "workerinput"):  # a worker's cleanup past execnet's 5 s, as on a loaded machine
+            end = time.monotonic() + 7
+            while time.monotonic() < end:
+                gc.collect()
+"""
+
+
+@pytest.mark.slow  # 10 s: a worker kept 7 s past its session
+def test_a_worker_slow_to_clean_up_ends_a_green_run_without_a_keyboard_interrupt(pytester):
+    # Before (issue 33, item 13): execnet sent the worker SIGINT 5 s after closing it, and the green run ended
+    # with "Exception ignored in: <function gc_cumulative_time.<locals>.gc_callback ...> ... KeyboardInterrupt".
+    pytester.makeconftest(SLOW_EXIT)
+    pytester.makepyfile(test_one="def test_one():\n    assert True\n")
+    result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    assert "KeyboardInterrupt" not in result.stdout.str() + result.stderr.str()
