@@ -11,6 +11,7 @@ small one's, below 3x the size ratio (linear gives the ratio itself; quadratic i
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
@@ -55,3 +56,46 @@ def test_one_long_document_reads_in_linear_time(benchmark, tmp_path):
     lengths, _ = benchmark(count_lengths, [large])
     assert lengths.values == (DOCUMENT_MB * 2**20 // 16,)
     assert ratio < 24, f"8x the document took {ratio:.1f}x the time: not linear"
+
+
+def words_by_chunks(path) -> int:
+    """The reference: the file read in 1 MiB chunks, decoded and its words counted, in plain Python."""
+    import codecs
+
+    decoder, words, inside = codecs.getincrementaldecoder("utf-8")(), 0, False
+    with open(path, "rb") as f:
+        while data := f.read(1 << 20):
+            chunk = decoder.decode(data)
+            words += len(chunk.split()) - (inside and chunk[:1].strip() != "")
+            inside = chunk[-1:].strip() != ""
+    return words
+
+
+def test_lengths_counts_a_300_mb_document_in_bounded_memory(benchmark, tmp_path):
+    """The issue's figure: `tensorcad lengths` on a 300 MB single-document file (refused past 256 MiB before)."""
+    from tensorcad import cli
+
+    megabytes = 3 if benchmark.disabled else int(os.environ.get("TENSORCAD_BENCH_LONG_MB", "300"))
+    word = "w" * 31 + " "  # 32 bytes a word: 300 MB is 9.8M words, under the 2^24 tokens a row holds
+    path = tmp_path / "one.txt"
+    with path.open("w") as f:
+        for _ in range(megabytes):
+            f.write(word * (10**6 // 32))
+    expected = megabytes * (10**6 // 32)
+    reference = best_of(lambda: words_by_chunks(path), 1)
+    assert words_by_chunks(path) == expected
+    out = tmp_path / "h.json"
+
+    def count(corpus=path):
+        assert cli.main(["lengths", str(corpus), "--by", "whitespace", "--json", "-o", str(out), "--force"]) == 0
+
+    (tmp_path / "warm.txt").write_text("a b")
+    count(tmp_path / "warm.txt")  # the CLI's imports once, outside the figure
+    started = time.perf_counter()
+    benchmark.pedantic(count, rounds=1, iterations=1)
+    seconds = time.perf_counter() - started
+    assert json.loads(out.read_text()) == {str(expected): 1}
+    benchmark.extra_info["seconds"] = seconds
+    benchmark.extra_info["time over a plain chunked word count"] = seconds / reference
+    # CI-sized, the CLI's fixed cost is most of it: the ratio is held at the figure's size only.
+    assert benchmark.disabled or seconds / reference < 4, f"{seconds / reference:.1f}x a plain chunked word count"

@@ -229,21 +229,23 @@ def test_a_histogram_of_100k_keys_reads_in_linear_time(tmp_path):
     assert caught.value.path == f"{path}:100000"  # the bad key's line (line 1 is the brace) is still named
 
 
-def test_one_long_document_reads_in_linear_time_and_a_huge_one_is_refused(tmp_path, monkeypatch):
+def test_one_long_document_reads_in_linear_time_and_a_huge_one_is_refused_where_its_text_is_wanted(tmp_path,
+                                                                                                    monkeypatch):
     import time
 
-    from tensorcad.packing.corpus import reading
+    from tensorcad.packing.corpus import reading, text
 
     # 1 KiB chunks over a 16 MiB document: `rest + chunk` copied the document 16,384 times (128 GiB of copying).
-    monkeypatch.setattr(reading, "CHUNK", 1 << 10)
+    monkeypatch.setattr(text, "CHUNK", 1 << 10)
     (tmp_path / "one.txt").write_text("w " * (1 << 23))
     started = time.monotonic()
     lengths, _ = reading.count_lengths([tmp_path / "one.txt"], by="whitespace")
     assert lengths.values == (1 << 23,) and time.monotonic() - started < 60
-    # Past MAX_DOCUMENT_BYTES one document (or one JSONL line) is refused, not held: a 900 MB line was the allocation.
-    monkeypatch.setattr(reading, "MAX_DOCUMENT_BYTES", 1 << 20)
+    # Past MAX_DOCUMENT_BYTES a document whose text is wanted (a tokenizer, smoke-train's corpus), or one JSONL
+    # line, is refused, not held: a 900 MB line was the allocation.
+    monkeypatch.setattr(text, "MAX_DOCUMENT_BYTES", 1 << 20)
     with pytest.raises(Exception, match="a document of more than 1 MiB"):
-        reading.count_lengths([tmp_path / "one.txt"])
+        list(reading.documents(tmp_path / "one.txt"))
     (tmp_path / "c.jsonl").write_text('{"text": "a"}\n{"text": "' + "w" * (2 << 20) + '"}\n')
     with pytest.raises(Exception, match="a document of more than 1 MiB") as caught:
         reading.count_lengths([tmp_path / "c.jsonl"])

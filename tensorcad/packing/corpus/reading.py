@@ -24,7 +24,9 @@ import numpy as np
 from tensorcad.design.formats import parse_json
 from tensorcad.errors import TensorcadError, shown
 
+from . import text as plain_text
 from .histogram import MAX_LENGTH, Lengths
+from .text import LongDocument, too_long
 
 COUNTERS = ("bytes", "whitespace", "tokenizer")
 # Columns that already hold each document's tokens, in the order they are looked for.
@@ -32,10 +34,6 @@ LENGTH_COLUMNS = ("token_count", "length")
 DEFAULT_SEPARATOR = "\n\n"
 BATCH = 256  # documents counted at once (a tokenizer encodes a batch in parallel)
 ROWS = 65_536  # rows of a length column read at once
-CHUNK = 1 << 20  # bytes of plain text read at a time
-# One document past this is no document (a row holds at most 2**24 tokens): the corpus's separator or lines are
-# wrong, and reading on would hold the whole file in memory.
-MAX_DOCUMENT_BYTES = 1 << 28
 KINDS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet", ".arrow": "arrow", ".txt": "text"}
 COMPRESSED = (".gz", ".zst")
 
@@ -107,19 +105,14 @@ def _unreadable() -> tuple[type[BaseException], ...]:
     return OSError, EOFError, ZstdError
 
 
-def _too_long(where: str) -> TensorcadError:
-    return TensorcadError(where, f"a document of more than {MAX_DOCUMENT_BYTES >> 20:,} MiB; no row could hold it "
-                                 "(is --separator or the JSONL's line right?)")
-
-
 def _records(path: Path, seen: Callable[[int], None]) -> Iterator[tuple[int, object]]:
     with open_bytes(path) as f:
         number = 0
-        while line := f.readline(MAX_DOCUMENT_BYTES + 1):  # a bounded read: one 900 MB line is no allocation
+        while line := f.readline(plain_text.MAX_DOCUMENT_BYTES + 1):  # a bounded read: one 900 MB line is no allocation
             number += 1
             seen(len(line))
-            if len(line) > MAX_DOCUMENT_BYTES:
-                raise _too_long(f"{path}:{number}")
+            if len(line) > plain_text.MAX_DOCUMENT_BYTES:
+                raise too_long(f"{path}:{number}")
             if not line.strip():
                 continue
             try:
@@ -152,39 +145,6 @@ def _jsonl(path: Path, counting: Counting, seen: Callable[[int], None]) -> Itera
             batch = []
     if batch:
         yield lengths, batch
-
-
-def _texts(path: Path, separator: str, seen: Callable[[int], None]) -> Iterator[str]:
-    import codecs
-
-    if not separator:
-        raise TensorcadError("--separator", "must not be empty")
-    # The document being read is kept as chunks and joined once it ends: `rest + chunk` copied the whole
-    # document again with each chunk, quadratic in its size (300 MB: over a minute).
-    decoder, held, size = codecs.getincrementaldecoder("utf-8")("strict"), [], 0
-    with open_bytes(path) as f:
-        while True:
-            data = f.read(CHUNK)
-            seen(len(data))
-            try:
-                chunk = decoder.decode(data, final=not data)
-            except UnicodeDecodeError:
-                raise TensorcadError(str(path), "is not UTF-8 text") from None
-            if not data:
-                break
-            # A separator may straddle the chunk before and this one: look in the tail of the one before.
-            tail = held[-1][-(len(separator) - 1):] if held and len(separator) > 1 else ""
-            if separator not in tail + chunk:
-                held.append(chunk)
-                size += len(chunk)
-                if size > MAX_DOCUMENT_BYTES:
-                    raise _too_long(str(path))
-                continue
-            pieces = ("".join(held) + chunk).split(separator)
-            held = [pieces.pop()]
-            size = len(held[0])
-            yield from pieces
-    yield "".join(held)
 
 
 def _table(path: Path, kind: str):
@@ -255,14 +215,19 @@ def checked_lengths(array: np.ndarray, where: str, first_row: int, key: str) -> 
     return array
 
 
-def _batches(path: Path, counting: Counting, seen: Callable[[int], None]) -> Iterator[tuple[bool, list]]:
-    """A file's documents in batches: (True, lengths) from a length column, (False, texts) to count."""
+def _batches(path: Path, counting: Counting, seen: Callable[[int], None],
+             whole: bool = False) -> Iterator[tuple[bool, list]]:
+    """A file's documents in batches: (True, lengths) from a length column, (False, texts) to count.
+
+    A text file's document too long to hold comes as a ``LongDocument`` (counted as read) unless its text is
+    wanted ``whole`` or by a tokenizer."""
     kind = kind_of(path)
     if kind == "jsonl":
         return _jsonl(path, counting, seen)
     if kind in ("parquet", "arrow"):
         return _columnar(path, kind, counting, seen)
-    texts = _texts(path, counting.separator, seen)
+    counted = not whole and counting.tokenizer is None and counting.by in (None, "bytes", "whitespace")
+    texts = plain_text.texts(path, open_bytes, counting.separator, seen, counted)
     return ((False, batch) for batch in iter(lambda: [t for _, t in zip(range(BATCH), texts)], []))
 
 
@@ -271,7 +236,7 @@ def documents(path: str | Path, field: str = "text", separator: str = DEFAULT_SE
     """The texts of one corpus file's documents, by its suffix; ``seen(bytes)`` hears of progress."""
     path = _file(path)
     counting = Counting(field=field, separator=separator, by="whitespace")  # the text, never a length column
-    return (text for _, batch in _batches(path, counting, seen) for text in batch)
+    return (text for _, batch in _batches(path, counting, seen, whole=True) for text in batch)
 
 
 def counter(by: str, tokenizer: str | Path | None = None) -> Callable[[list[str]], list[int]]:
@@ -281,9 +246,10 @@ def counter(by: str, tokenizer: str | Path | None = None) -> Callable[[list[str]
     if by not in COUNTERS:
         raise TensorcadError("--by", f"unknown count {by!r} ({', '.join(COUNTERS)})")
     if by == "bytes":
-        return lambda batch: [len(text.encode("utf-8")) for text in batch]
+        return lambda batch: [text.bytes if isinstance(text, LongDocument) else len(text.encode("utf-8"))
+                              for text in batch]
     if by == "whitespace":
-        return lambda batch: [len(text.split()) for text in batch]
+        return lambda batch: [text.words if isinstance(text, LongDocument) else len(text.split()) for text in batch]
     if tokenizer is None:
         raise TensorcadError("--tokenizer", "counting by tokenizer needs a tokenizer directory")
     file = Path(tokenizer) / "tokenizer.json" if Path(tokenizer).is_dir() else Path(tokenizer)

@@ -28,9 +28,9 @@ def test_jsonl_counted_by_words_and_bytes_as_python_counts_them(tmp_path):
 
 
 def test_plain_text_split_by_a_separator_across_chunk_edges(tmp_path, monkeypatch):
-    import tensorcad.packing.corpus.reading as reading
+    import tensorcad.packing.corpus.text as text
 
-    monkeypatch.setattr(reading, "CHUNK", 7)  # separators straddle chunks
+    monkeypatch.setattr(text, "CHUNK", 7)  # separators straddle chunks
     (tmp_path / "c.txt").write_text("<|eot|>".join(TEXTS))
     assert list(documents(tmp_path / "c.txt", separator="<|eot|>")) == TEXTS
 
