@@ -9,7 +9,6 @@ engine reports (``operating_point_schema("input")``): ``{"seq": 8192,
 from __future__ import annotations
 
 import base64
-import time
 from typing import Any
 
 import anyio.from_thread
@@ -78,20 +77,6 @@ def _notify(ctx: Context | None, done: int, count: int, message: str) -> None:
         pass
 
 
-def _deadline(seconds: float, ctx: Context | None = None):
-    start = time.monotonic()
-
-    def progress(name: str, done: int, count: int) -> None:
-        spent = time.monotonic() - start
-        if name != "done" and spent > seconds:
-            raise TensorcadError("certify", f"stopped before {name} after {done} of {count} checks: past its "
-                                            f"{seconds:g} s budget ({spent:.0f} s); give a smaller params or seq, "
-                                            "or run `tensorcad certify`")
-        _notify(ctx, done, count, f"certify: {name}")
-
-    return progress
-
-
 def register(server: MCPServer) -> None:
     op = {"op": {"anyOf": [operating_point_schema("input"), {"type": "null"}],
                  "description": "the operating point, as the engine reports it (absent: the defaults)"}}
@@ -153,13 +138,13 @@ def register(server: MCPServer) -> None:
                   f"{MAX_CERTIFY_SEQ} tokens, within {CERTIFY_SECONDS:g} s.", schemas.CERTIFY)
     def certify(design: Design, seq: int | None = None, pack: float | None = None, spread: float | None = None,
                 params: int | None = None, seed: int | None = None, ctx: Context | None = None) -> dict:
-        from tensorcad.runtime.certification.registry import run_checks
+        from .certify_process import certify_in_child
 
         settings = _settings(seq, pack, spread, params, seed)
-        progress = _deadline(CERTIFY_SECONDS, ctx)  # from here: building the scaled model counts too
-        subject = answers.certify_subject(_design(design), settings, seq_path="seq")
-        checks = run_checks(subject, answers.certify_checks(), progress)
-        return answers.certificate(subject, checks)
+        _design(design)  # a bad design is refused here, before a process is started
+        # In a child killed at the deadline, building the scaled model included: a check is never waited out.
+        return certify_in_child(design, settings, CERTIFY_SECONDS, len(answers.certify_checks()),
+                                lambda done, count, message: _notify(ctx, done, count, message))
 
     @tool(server, "Summarise document lengths given inline as a histogram {\"length\": documents}: documents, "
                   "tokens, mean, spread, quantiles (give it as op.packing.lengths to analyze).", schemas.LENGTHS,
