@@ -90,6 +90,7 @@ class Rows:
         self._dense_max: _SparseMax | None = None
         self._dense_min: _SparseMax | None = None
         self._buckets: np.ndarray | None = None
+        self._bucket_bits = _BUCKET_BITS
         self._padded_keys = np.zeros(0, dtype=np.int64)
 
     # -- construction -------------------------------------------------------
@@ -131,11 +132,12 @@ class Rows:
 
         A binary search for every point is slow for hundreds of thousands of
         unsorted points, so a table gives the answer at the start of each
-        run of ``2**_BUCKET_BITS`` tokens and a few vectorised steps walk
+        run of ``2**self._bucket_bits`` tokens and a few vectorised steps walk
         past the boundaries inside the run (rarely more than one or two).
         """
         key = (r * self._stride + t).ravel()
-        index = self._bucket_table()[key >> _BUCKET_BITS]
+        table = self._bucket_table()
+        index = table[key >> self._bucket_bits]
         # Indices, not boolean masks: numpy gathers by index many times faster.
         ahead = np.flatnonzero(self._padded_keys[index] <= key)
         while len(ahead):
@@ -145,9 +147,15 @@ class Rows:
 
     def _bucket_table(self) -> np.ndarray:
         if self._buckets is None:
-            starts = np.arange(((self.count * self._stride) >> _BUCKET_BITS) + 1,
-                               dtype=np.int64) << _BUCKET_BITS
-            self._buckets = np.searchsorted(self._keys, starts, side="left")
+            span = self.count * self._stride
+            # About two buckets a boundary, at least 2**_BUCKET_BITS tokens each: 64-token buckets over 1,024
+            # rows of 2^22 tokens were 2^26 of them, an arange and a searchsorted of 512 MiB each (over half of
+            # `walkthrough --seq 4194304 --pack 1024`). A bucket's entry is the boundaries before its start: a
+            # running count of the boundaries in each bucket, one pass over them.
+            spacing = span // max(len(self._keys), 1)
+            self._bucket_bits = max(_BUCKET_BITS, spacing.bit_length() - 2)
+            inside = np.bincount(self._keys >> self._bucket_bits, minlength=(span >> self._bucket_bits) + 1)
+            self._buckets = np.concatenate(([0], np.cumsum(inside)[:-1])).astype(np.int64)
             self._padded_keys = np.append(self._keys, np.iinfo(np.int64).max)
         return self._buckets
 
