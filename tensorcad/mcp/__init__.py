@@ -3,7 +3,8 @@
 Every tool is a thin call into ``tensorcad.views.answers``, the functions the
 CLI's ``--json`` prints, and returns that JSON as structured content under a
 declared output schema (``tools``, ``schemas``); arguments are strict
-(``strict``); the presets, the catalog, the docs and the operating-point
+(``strict``); ``certify`` runs in a child process killed at its deadline
+(``certify_process``); the presets, the catalog, the docs and the operating-point
 schema are resources (``resources``).
 """
 

@@ -3,7 +3,9 @@
 ``histogram`` holds ``Lengths``, the empirical length distribution a packing can
 be drawn from (mergeable exactly: ``Lengths.merge``), and the loader for files of
 them; ``reading`` streams one corpus file (JSONL, plain text, Parquet, Arrow,
-compressed or not) and counts each document's tokens, or reads a length column;
+compressed or not) and counts each document's tokens, or reads a length column
+(``text`` splits plain text into documents, counting one too long to hold as
+it is read);
 ``shards`` finds a corpus's shards and counts them in worker processes;
 ``engines`` counts a Dask collection where it lives, or a Hugging Face
 ``Dataset`` (``lengths_on``). None imports torch; Parquet needs ``pyarrow``, a
