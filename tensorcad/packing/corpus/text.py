@@ -29,7 +29,7 @@ MAX_DOCUMENT_BYTES = 1 << 28
 class LongDocument:
     """A document too long to hold, counted as it was read: its UTF-8 bytes and whitespace-separated words."""
 
-    __slots__ = ("bytes", "words", "_in_word")
+    __slots__ = ("_in_word", "bytes", "words")
 
     def __init__(self) -> None:
         self.bytes, self.words, self._in_word = 0, 0, False
