@@ -9,6 +9,7 @@ Run: python -m pytest benchmarks/bench_analysis.py -o python_files='bench_*.py'
   cold at 131,072 <= 1 s. Each figure goes in extra_info beside its target and its
   headroom (target / figure), never asserted: absolute times depend on the machine.
 - The engine's block count per row against create_block_mask's, timed in the same run.
+- ``walkthrough`` at the stream's packed document limit against ``analyze`` of it (#32).
 - The sampler's error against its evaluation count: keys per query from 64 to 1,024
   rows against the closed forms (fixed lengths over every phase; gamma lengths'
   edge-corrected form), over several seeds.
@@ -171,3 +172,28 @@ def test_draw_1024_rows_of_8192(benchmark):
     draw(rows, 8192, 1024, 1.0, seed=0)  # first touch of the memory
     benchmark(draw, rows, 8192, 1024, 1.0, seed=0)
     benchmark.extra_info["rows"] = rows
+
+
+def test_walkthrough_at_the_packed_document_limit_costs_its_analysis(benchmark):
+    """`walkthrough --seq 4194304 --pack 1024` (the stream's 2^22-document limit) is its analysis put in words
+    (#32: 85 s where the docs promise about 20): timed against `analyze` of the same point in the same run, and
+    both go in extra_info beside the 20 s budget. The rows' boundary table, one entry every 64 tokens (2^26 at
+    this point), is what made it slow; it is now sized by the boundaries."""
+    from tensorcad.views import answers
+
+    design = load("nano-sort")
+    seq, mean = (1 << 14, 64.0) if benchmark.disabled else (1 << 22, 1024.0)
+    op = OperatingPoint(seq=seq, packing=Packing(mean, 1.0))
+
+    def cold(fn):
+        clear_caches()
+        started = time.perf_counter()
+        fn(design, op)
+        return time.perf_counter() - started
+
+    analysed = cold(report.analyze)
+    walked = cold(answers.walkthrough)
+    benchmark.pedantic(lambda: cold(answers.walkthrough), rounds=1, iterations=1)
+    benchmark.extra_info.update({"analyze s": analysed, "walkthrough s": walked, "budget s": 20.0,
+                                 "walkthrough / analyze": walked / analysed})
+    assert benchmark.disabled or walked / analysed < 1.5, f"walkthrough {walked:.1f} s, analyze {analysed:.1f} s"
