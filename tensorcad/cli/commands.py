@@ -19,6 +19,8 @@ from tensorcad.errors import TensorcadError, as_text, one_line, shown
 from .operating_point import operating_point
 from .options import EXIT_BAD_INPUT, EXIT_FAILED, console, design_option
 
+PATH_SHOWN = 1024  # a path the user gave is quoted whole (a hostile one is still cut)
+
 
 def writable(path: str, option: str, *, inputs=(), force: bool = True) -> None:
     """Refuse a file the user named to write: never one of ``inputs``, never an existing one unless ``force``.
@@ -35,9 +37,9 @@ def writable(path: str, option: str, *, inputs=(), force: bool = True) -> None:
         except OSError:
             same = False
         if same:
-            raise TensorcadError(option, f"{shown(path)} is an input of this command; it is never written over")
+            raise TensorcadError(option, f"{shown(path, PATH_SHOWN)} is an input of this command; it is never written over")
     if not force:
-        raise TensorcadError(option, f"{shown(path)} exists; pass --force to replace it, or -o another file")
+        raise TensorcadError(option, f"{shown(path, PATH_SHOWN)} exists; pass --force to replace it, or -o another file")
 
 
 def write_output(path: str, text: str, option: str, *, inputs=(), force: bool = True) -> None:
@@ -142,7 +144,7 @@ def cmd_new(args: argparse.Namespace) -> int:
         sys.stdout.write(text)
         return 0
     if Path(args.output).exists() and not args.force:
-        raise TensorcadError("--output", f"{shown(args.output)} exists; pass --force to replace it")
+        raise TensorcadError("--output", f"{shown(args.output, PATH_SHOWN)} exists; pass --force to replace it")
     write_output(args.output, text, "--output")
     print(one_line(f"{args.output}: {args.name}, a copy of {args.source}; edit it, then: "
                    f"tensorcad validate {args.output}"))

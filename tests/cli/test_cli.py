@@ -103,4 +103,5 @@ def test_new_writes_a_renamed_copy_and_never_overwrites(tmp_path):
     assert again.returncode == 2 and "exists; pass --force" in again.stderr and out.read_text() == "{}"
     assert _run("new", "mine", "-o", str(out), "--force").returncode == 0 and load(str(out)).name == "mine"
     bad = _run("new", "x" * 201, "-o", str(tmp_path / "long.json"))
-    assert bad.returncode == 2 and "name:" in bad.stderr and not (tmp_path / "long.json").exists()
+    assert bad.returncode == 2 and "tensorcad: NAME: must be a string of 1 to 200 characters" in bad.stderr
+    assert not (tmp_path / "long.json").exists()

@@ -54,12 +54,12 @@ def test_a_bad_pack_value_names_the_option_and_what_it_takes(project):
 
 
 def test_a_certificate_failing_through_the_fixture_shows_the_users_line_not_the_harness(project):
-    project.makepyfile(my_models=MODELS)
+    project.makepyfile(friction_models=MODELS)
     project.syspathinsert()
     project.makepyfile(test_mine="""
         import pytest
 
-        @pytest.mark.tensorcad(model="my_models:leaks", seq=64, pack=12, sample=4)
+        @pytest.mark.tensorcad(model="friction_models:leaks", seq=64, pack=12, sample=4)
         def test_certified(tensorcad_certificate):
             tensorcad_certificate()
     """)
@@ -89,15 +89,15 @@ def test_a_typo_in_the_markers_design_is_one_line_with_where_it_looked_and_a_gue
 
 
 def test_a_factory_that_raises_in_the_child_says_so_once_in_one_line(project):
-    project.makepyfile(my_models=MODELS)
+    project.makepyfile(friction_models=MODELS)
     project.syspathinsert()
-    project.makefile(".ini", pytest="[pytest]\ntensorcad_models = my_models:broken\n")
+    project.makefile(".ini", pytest="[pytest]\ntensorcad_models = friction_models:broken\n")
     from tensorcad.runtime.certification import MODEL_CHECKS
 
     result = project.runpytest(*OPTIONS, "-v")
     result.assert_outcomes(failed=len(MODEL_CHECKS))
     out = result.stdout.str()
-    assert out.count("my_models:broken raised ValueError: no checkpoint at /models/mine (my_models.py:") == 1
+    assert out.count("friction_models:broken raised ValueError: no checkpoint at /models/mine (friction_models.py:") == 1
     assert out.count("could not make the model (why: its isolation item)") == len(MODEL_CHECKS) - 1
     assert " | " not in out
 
