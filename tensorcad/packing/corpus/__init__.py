@@ -1,8 +1,8 @@
 """Reading corpora: document lengths from files (histograms, lists), from raw text, from shards and engines.
 
-``histogram`` holds ``Lengths``, the empirical length distribution a packing can
-be drawn from (mergeable exactly: ``Lengths.merge``), and the loader for files of
-them; ``reading`` streams one corpus file (JSONL, plain text, Parquet, Arrow,
+``lengths`` holds ``Lengths``, the empirical length distribution a packing can
+be drawn from (mergeable exactly: ``Lengths.merge``); ``histogram`` reads and
+writes files of them; ``reading`` streams one corpus file (JSONL, plain text, Parquet, Arrow,
 compressed or not) and counts each document's tokens, or reads a length column
 (``text`` splits plain text into documents, counting one too long to hold as
 it is read);
