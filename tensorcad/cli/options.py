@@ -99,6 +99,13 @@ def add_import_options(p: argparse.ArgumentParser) -> None:
                    help="import it reading positions that restart per document")
 
 
+def _is_file(source: str) -> bool:
+    try:
+        return Path(source).is_file()
+    except (OSError, ValueError):  # a name too long for a path, or holding a NUL: no file, a preset name refused
+        return False
+
+
 def design_option(args: argparse.Namespace, source: str):
     """The design a DESIGN argument names, a Hugging Face config imported as --documents/--positions say.
 
@@ -113,7 +120,7 @@ def design_option(args: argparse.Namespace, source: str):
         design = load_design(source, documents=documents, positions=positions)
     except TensorcadError as error:
         # A design file's error names the file, as validate's does (a preset's or a config's already does).
-        if not Path(source).is_file() or str(error).startswith(source) or error.path.startswith("--"):
+        if not _is_file(source) or str(error).startswith(source) or error.path.startswith("--"):
             raise
         raise TensorcadError(f"{one_line(source)}: {error.path}" if error.path else one_line(source),
                              error.message) from None

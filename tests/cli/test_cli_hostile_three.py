@@ -45,6 +45,13 @@ def test_a_deeply_nested_json_design_is_one_line_on_every_command(capsys, tmp_pa
     assert f"{path}: nests more than 64 levels deep" in refused(capsys, command, path)
 
 
+@pytest.mark.parametrize("command", ["show", "analyze", "rules", "codegen", "walkthrough", "mask-preview"])
+def test_a_design_name_too_long_for_a_path_is_one_line(capsys, command):
+    # Found by the fuzz suite at length (-m slow): the check for a design file's name raised OSError
+    # (ENAMETOOLONG) past 255 characters instead of saying the name is no preset and no file.
+    assert "is neither a preset nor a .json/.yaml file" in refused(capsys, command, "x" * 300)
+
+
 @pytest.mark.parametrize("body, message", [
     ('{"model_type": "llama", "hidden_size": ' + "9" * 5000 + "}", "an integer of more than 4,300 digits"),
     ('{"model_type": "llama", "x": ' + "[" * 50_000 + "]" * 50_000 + "}", "nests more than 64 levels deep"),
