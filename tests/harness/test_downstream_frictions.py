@@ -126,7 +126,7 @@ def test_a_worker_slow_to_clean_up_ends_a_green_run_without_a_keyboard_interrupt
     # Before (issue 33, item 13): execnet sent the worker SIGINT 5 s after closing it, and the green run ended
     # with "Exception ignored in: <function gc_cumulative_time.<locals>.gc_callback ...> ... KeyboardInterrupt".
     pytester.makeconftest(SLOW_EXIT)
-    pytester.makepyfile(test_one="def test_one():\n    assert True\n")
+    pytester.makepyfile(test_one="def test_one():\n    pass\n")  # a green run is all the project needs
     result = pytester.runpytest_subprocess("-n", "1", "-p", "xdist", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     assert "KeyboardInterrupt" not in result.stdout.str() + result.stderr.str()
