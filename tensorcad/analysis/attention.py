@@ -54,7 +54,7 @@ import numpy as np
 
 from tensorcad.design.block_ranges import ranges_of
 from tensorcad.design.expr import Box, Const, Env, Expr, Param, Read, evaluate, interval
-from tensorcad.design.expr.nodes import Binary, Call, Compare, Unary, Var, children, tensor_reads
+from tensorcad.design.expr.nodes import Binary, Call, Compare, Unary, Var, children, tensor_reads, variables
 from tensorcad.design.model import Attention
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import MAX_SEQ, Packing
@@ -94,8 +94,11 @@ def keys_per_query(attention: Attention, seq: int, packing: Packing | None = Non
     roles = tensor_roles(attention)
     if not force_sampling and attention.mask is None and not roles:
         return KeysEstimate(_exact_positional(attention, int(seq)), True, 0.0, 0)
-    return _sampled(attention.keep, attention.heads, tuple(sorted(roles.items())),
-                    attention.causal, int(seq), packing, int(seed))
+    # A mask that never reads h keeps the same scores in every head: one key for any head count,
+    # so an edit of the heads asks nothing again (the draw and the strata do not depend on them).
+    heads = attention.heads if attention.keep is not None and "h" in variables(attention.keep) else 1
+    return _sampled(attention.keep, heads, tuple(sorted(roles.items())), attention.causal, int(seq), packing,
+                    int(seed))
 
 
 def _exact_positional(attention: Attention, seq: int) -> float:

@@ -54,6 +54,7 @@ or n**2 without causality), and as the sampler's keys per query times
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,19 +94,24 @@ def block_counts(attention: Attention, seq: int, packing: Packing | None, seed: 
         query_blocks = _positive(query_blocks, "query_blocks")
     roles = tuple(sorted(tensor_roles(attention).items()))
     # Everything the count depends on, hashable: the attention itself holds mappings.
-    key = (attention.keep, attention.heads, attention.causal, attention.window,
+    # ... and the head count only where the mask reads h (_count weighs heads only then).
+    keep = attention.keep if attention.keep is not None else Const(True)
+    heads = attention.heads if "h" in bare_variables(keep) else 1
+    key = (attention.keep, heads, attention.causal, attention.window,
            attention.mask is None, roles, seq, packing, int(seed), block, rows, query_blocks)
     found = _CACHE.get(key)
     if found is None:
-        if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
-        found = _CACHE[key] = _count(attention, dict(roles), seq, packing, int(seed), block,
-                                     rows, query_blocks)
+        found = _count(attention, dict(roles), seq, packing, int(seed), block, rows, query_blocks)
+        with _CACHE_LOCK:  # the editor's server counts on several threads at once
+            if len(_CACHE) >= _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)))
+            _CACHE[key] = found
     return found
 
 
 _CACHE: dict = {}
 _CACHE_SIZE = 64
+_CACHE_LOCK = threading.Lock()
 
 
 def clear_caches() -> None:

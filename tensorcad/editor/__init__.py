@@ -14,6 +14,7 @@ from typing import Any
 from tensorcad.errors import TensorcadError
 
 from .server import HOST, make_server
+from .warm import warm_in_background
 
 __all__ = ["make_server", "serve"]
 
@@ -23,6 +24,7 @@ def serve(design: Any = None, host: str = HOST, port: int = 0, open_browser: boo
     if host != HOST:
         raise TensorcadError("host", f"the editor listens on {HOST} only, not {host!r}")
     server, url = make_server(design, port)
+    warm_in_background(server.initial)  # the first look's one-time costs, paid while the browser opens
     print(f"tensorcad editor at {url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
     if open_browser:
         threading.Timer(0.2, webbrowser.open, args=(url,)).start()

@@ -15,13 +15,15 @@ them against the text being edited.
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache
 from typing import Any
 
 from tensorcad.analysis.context_parallel import DEFAULT_SHARD, SHARDINGS
 from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
 from tensorcad.analysis.operating_point_schema import operating_point_of
-from tensorcad.analysis.report import Report, analyze as analyze_design
+from tensorcad.analysis.report import Report, analyze as analyze_design, packed_flops
+from tensorcad.analysis.rows import tensor_roles
 from tensorcad.design import load, preset_names, show
 from tensorcad.design.catalog import KINDS, catalog_text
 from tensorcad.design.expr import to_text
@@ -30,7 +32,7 @@ from tensorcad.design.masks import reads_documents
 from tensorcad.design.model import Design
 from tensorcad.errors import TensorcadError, join, shown
 from tensorcad.rules import check
-from tensorcad.views.preview import DEFAULT_CELLS, mask_preview, sample_row
+from tensorcad.views.preview import DEFAULT_CELLS, check_cells, mask_preview, sample_row
 from tensorcad.views.walkthrough import walkthrough
 
 from .curve import curve as packing_curve
@@ -176,23 +178,42 @@ def preview(body: Any) -> dict:
     if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(attentions):
         raise TensorcadError("attention", f"expected an integer in [0, {len(attentions) - 1}], got {shown(index)}")
     attention, layers = attentions[index]
+    cells, head = check_cells(body.get("cells", DEFAULT_CELLS)), body.get("head", 0)
+    if isinstance(head, bool) or not isinstance(head, int):  # True == 1 would share head 1's cached answer
+        raise TensorcadError("head", f"expected an integer in [0, {attention.heads - 1}], got {shown(head)}")
     # Packing is a condition of training: only a mask that reads documents sees it.
     packing = op.packing if reads_documents(attention) else None
+    # Everything the drawing depends on, hashable (the attention itself holds mappings): an edit of
+    # the widths, the layers, the cluster or another attention draws nothing again.
+    key = (attention.keep, attention.heads, attention.causal, attention.window, attention.mask is None,
+           tuple(sorted(tensor_roles(attention).items())), op.seq, packing, op.seed, op.block, op.cp, cells, head)
+    drawing = _PREVIEWS.get(key)
+    if drawing is None:
+        drawing = _drawing(attention, op, packing, cells, head)
+        with _PREVIEWS_LOCK:
+            if len(_PREVIEWS) >= 32:
+                _PREVIEWS.pop(next(iter(_PREVIEWS)))
+            _PREVIEWS[key] = drawing
+    return {"attention": index, "path": attention.path, "layers": layers,
+            "keeps": to_text(attention.keep) if attention.keep is not None else "every score", **drawing}
+
+
+_PREVIEWS: dict = {}
+_PREVIEWS_LOCK = threading.Lock()
+
+
+def _drawing(attention, op: OperatingPoint, packing, cells: int, head: int) -> dict:
     row = sample_row(op.seq, packing, op.seed)
-    result = mask_preview(attention, row, body.get("cells", DEFAULT_CELLS), body.get("head", 0))
+    result = mask_preview(attention, row, cells, head)
     n = result.fractions.shape[0]
-    blocks = block_overlay(attention, row, op.block, body.get("head", 0))
     starts = [int(t) for t in (row.documents[1:] != row.documents[:-1]).nonzero()[0] + 1]
-    sample = ("one sampled row" if row.sampled else "one document fills the row")
     return {
-        "attention": index, "path": attention.path, "layers": layers,
-        "keeps": to_text(attention.keep) if attention.keep is not None else "every score",
         "seq": result.seq, "cells": n, "cellTokens": result.cell, "exact": result.exact,
-        "stride": result.stride, "sample": sample, "sampled": row.sampled,
-        "packing": None if packing is None else packing.to_json(),
+        "stride": result.stride, "sample": "one sampled row" if row.sampled else "one document fills the row",
+        "sampled": row.sampled, "packing": None if packing is None else packing.to_json(),
         "documentStarts": starts[:4096], "documents": len(starts) + 1,
         "fractions": [[round(float(x), 6) for x in line] for line in result.fractions],
-        "kernelBlocks": blocks,
+        "kernelBlocks": block_overlay(attention, row, op.block, head),
         "cpRanks": None if op.cp is None else rank_strip(attention, row, op.cp, op.block),
     }
 
@@ -200,8 +221,7 @@ def preview(body: Any) -> dict:
 def chart(body: Any) -> dict:
     """POST /api/chart {design, op}: keys a query and blocks per kept score against the mean document length."""
     d, op, _ = _request(body, ("op",))
-    key = _key(d)
-    return packing_curve(d, op, lambda at: _report(key, at))
+    return packing_curve(d, op, lambda at: packed_flops(d, at))
 
 
 MAX_UPLOAD = 3_000_000  # bytes of a lengths file: base64 makes 4,000,000, inside server.MAX_BODY

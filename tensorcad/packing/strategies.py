@@ -30,6 +30,7 @@ the control the sampler is held to.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 
@@ -49,15 +50,41 @@ MAX_DOCUMENTS = 1 << 16
 
 def _place(pieces: np.ndarray, seq: int, best: bool) -> np.ndarray:
     """The bin of each piece (pieces already longest first), best or first fit, opening bins as needed."""
+    return _best_fit(pieces, seq) if best else _first_fit(pieces, seq)
+
+
+def _best_fit(pieces: np.ndarray, seq: int) -> np.ndarray:
+    """Each piece into the open bin it leaves least room in, the lowest such bin on a tie.
+
+    The open bins are kept sorted by (room, bin), so that bin is the first at or
+    past (piece, -1): a bisection, not a scan of every open bin per piece (the
+    editor's chart packs eight corpora an edit; bfd took seconds of it).
+    """
+    where = np.empty(len(pieces), dtype=np.int64)
+    rooms: list[tuple[int, int]] = []  # (room left, bin), sorted
+    opened = 0
+    for i, n in enumerate(pieces.tolist()):
+        at = bisect.bisect_left(rooms, (n, -1)) if n < seq else len(rooms)
+        if at < len(rooms):
+            room, b = rooms.pop(at)
+        else:
+            room, b = seq, opened
+            opened += 1
+        if room > n:  # a full bin takes nothing more
+            bisect.insort(rooms, (room - n, b))
+        where[i] = b
+    return where
+
+
+def _first_fit(pieces: np.ndarray, seq: int) -> np.ndarray:
     remaining = np.empty(len(pieces), dtype=np.int64)
     where = np.empty(len(pieces), dtype=np.int64)
     opened = 0
-    big = np.iinfo(np.int64).max
     for i, n in enumerate(pieces.tolist()):
         open_bins = remaining[:opened]
         fits = open_bins >= n
         if n < seq and opened and fits.any():
-            b = int(np.where(fits, open_bins, big).argmin()) if best else int(fits.argmax())
+            b = int(fits.argmax())
         else:
             b = opened
             remaining[b] = seq

@@ -175,7 +175,8 @@ def test_a_body_shorter_than_its_length_on_an_open_connection_is_4xx(server, mon
              b"Content-Length: 50\r\n\r\n{}")
     answer, seconds = held_open(server, short, 30, trickle=False)
     assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 408")), answer[:80]  # before: closed without a word
-    assert b"of the 50 bytes" in answer and seconds < 12
+    # 400 "ended after 2 of the 50 bytes", or 408 "stopped arriving before the 50 bytes" when the read times out first
+    assert b"the 50 bytes" in answer and seconds < 12
 
 
 def test_connections_past_the_cap_are_429_and_the_editor_serves_again_after():

@@ -82,6 +82,18 @@ def test_pack_makes_the_brute_force_packers_rows(strategy):
     assert ours == brute  # the same rows, in the same order, pieces in the same order
 
 
+@pytest.mark.parametrize("strategy", ["bfd", "ffd", "split"])
+def test_ties_of_room_go_to_the_lowest_row_as_the_brute_force_packer_puts_them(strategy):
+    # Short rows and few lengths: most placements choose among rows left with equal room.
+    lengths = np.random.default_rng(3).integers(1, 13, 2000)
+    bins = pack(lengths, 16, strategy, 500)
+    brute = brute_pack(lengths.tolist(), 16, strategy, buffer=500)
+    ours = [[] for _ in range(bins.rows)]
+    for r, d, n in zip(bins.row.tolist(), bins.document.tolist(), bins.length.tolist()):
+        ours[r].append((d, n))
+    assert ours == brute
+
+
 @pytest.mark.parametrize("strategy", ["bfd", "ffd"])
 def test_bfd_and_ffd_never_split_a_document_shorter_than_a_row(strategy):
     lengths = lognormal(1024, 3.0, 5000, seed=2)
