@@ -2,7 +2,8 @@
 
 `llama-3-8b-documents` scaled to about 2M parameters, 512-token rows of 96-token
 documents (spread 1): rules, isolation in both forms, closed form, block counts,
-goldens (written to a temporary snapshots/ first, so they compare) and export.
+goldens (written to a temporary snapshots/ first, so they compare) and the training step
+(export is opt-in: `-m export`).
 One round in a fresh model cache: the figure is what a CI job pays, compile included.
 
     python -m pytest benchmarks/bench_certify.py -o python_files='bench_*.py' -p no:cacheprovider

@@ -2,8 +2,10 @@
 
 Each design file becomes the items of the runtime's registry
 (`tensorcad.runtime.certification.CERTIFY`: `rules`, `isolation[eager]`, ...,
-`export`), ids like `designs/my-model.json::isolation[flex]`,
+then the opt-in `export`), ids like `designs/my-model.json::isolation[flex]`,
 each carrying its category marker so `-m isolation` selects what gates CI.
+The `export` items are deselected unless a `-m` expression is given (`-m export`
+runs them alone, `-m tensorcad` with everything else): `deselect_opt_in`.
 Items are `pytest.Function`s whose function is the check, so they get
 fixtures like any test: the golden items compare through syrupy's `snapshot`
 and `--snapshot-update` rewrites them.
@@ -87,9 +89,9 @@ class DesignFile(pytest.File):
         except TensorcadError as error:
             raise self.CollectError(f"{self.path.name}: {error}") from None
         self.design = design
-        from tensorcad.runtime.certification import CERTIFY, REGISTRY
+        from tensorcad.runtime.certification import CERTIFY, OPT_IN, REGISTRY
 
-        for name in CERTIFY:
+        for name in CERTIFY + OPT_IN:
             item = DesignCheck.from_parent(self, name=name, callobj=_function(name))
             if REGISTRY[name].category is not None:
                 item.add_marker(REGISTRY[name].category)
@@ -161,3 +163,13 @@ class DesignCheck(pytest.Function):
         if excinfo.errisinstance((AssertionError, TensorcadError)):
             return f"{self.parent.name}::{self.name}: {excinfo.value}"
         return super().repr_failure(excinfo)
+
+
+def deselect_opt_in(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without ``-m``, the design items of the opt-in checks (``export``) are deselected, and counted so."""
+    if config.option.markexpr:
+        return  # pytest's own -m decides: `-m export` keeps them, `-m isolation` drops them
+    dropped = [i for i in items if isinstance(i, DesignCheck) and i.get_closest_marker("export") is not None]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i not in dropped]

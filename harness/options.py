@@ -66,6 +66,8 @@ MARKERS = {
     "closed_form": "tensorcad category: the engine's keys per query against a closed form",
     "block_counts": "tensorcad category: the engine's block counts against create_block_mask",
     "golden": "tensorcad category: analysis, rules and generated code against goldens under snapshots/",
+    "export": "tensorcad category: torch.export of both forms runs to the model's logits (deselected unless "
+              "-m is given: -m export)",
 }
 
 DESIGN_SUFFIXES = (".json", ".yaml", ".yml")
@@ -107,7 +109,8 @@ def add_options(parser) -> None:
     group = parser.getgroup(GROUP, GROUP_DESCRIPTION)
     group.addoption(COLLECT, action="append", dest=COLLECT_DEST, default=[], metavar="DIR",
                     help="collect every design file (.json/.yaml) under DIR as checks "
-                         "(rules, isolation, closed-form, block-counts, goldens, export)")
+                         "(rules, isolation, closed-form, block-counts, goldens, the training step; "
+                         "export under -m export)")
     group.addoption(SEQ, type=int, default=None, metavar="N",
                     help=f"tokens a row (default {DEFAULTS['seq']}, or a design's context when shorter)")
     group.addoption(PACK, type=_pack, default=DEFAULTS["pack"], metavar="MEAN",

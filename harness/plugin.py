@@ -71,6 +71,13 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector):
     return collect_file(file_path, parent)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.option.markexpr and any(i.get_closest_marker("export") for i in items):
+        from .collect import deselect_opt_in
+
+        deselect_opt_in(config, items)  # a design's `export` item runs under -m export
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # tensorcad_certificate runs once per certificate of the marker's model.
     if "tensorcad_certificate_name" in metafunc.fixturenames:

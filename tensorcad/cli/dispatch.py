@@ -52,13 +52,14 @@ def _runtime_command(name: str) -> Callable[[argparse.Namespace], int]:
 
 def _checks_epilog(command: str) -> str:
     """What each check of the command holds the design to: the runtime's registry, read lazily."""
-    from tensorcad.runtime.certification.registry import CERTIFY, GOLDENS, REGISTRY, VERIFY  # no torch at import
+    from tensorcad.runtime.certification.registry import CERTIFY, GOLDENS, OPT_IN, REGISTRY, VERIFY  # no torch
 
-    names = VERIFY if command == "verify" else tuple(n for n in CERTIFY if n not in GOLDENS)
+    names = VERIFY if command == "verify" else tuple(n for n in CERTIFY if n not in GOLDENS) + OPT_IN
     lines = ["checks, in order:"] + [f"  {n:<19} {REGISTRY[n].holds}" for n in names]
     if command == "certify":
         from tensorcad.runtime.certification.registry import MODEL_CHECKS
 
+        lines.append("  export runs with --export only (pytest: -m export)")
         lines.append("  goldens (golden[analysis|rules|codegen]) run under pytest --tensorcad only")
         lines.append("on a Hugging Face model directory (or --model), the model certificates:")
         lines += [f"  {n:<21} {REGISTRY[n].holds}" for n in MODEL_CHECKS]

@@ -171,6 +171,8 @@ def add_certify_options(p: argparse.ArgumentParser) -> None:
                    help=f"scale to about this many parameters (default {DEFAULTS['params']:,})")
     p.add_argument("--seed", type=integer, default=DEFAULTS["seed"],
                    help=f"seed of weights, ids, packing and perturbations (default {DEFAULTS['seed']})")
+    p.add_argument("--export", action="store_true",
+                   help="also torch.export both forms and run the exported programs (about 3 s a design)")
     p.add_argument("--each-document", action="store_true",
                    help="run the certificates one pass a document (the slower way, before group testing, "
                         "padded batches and weighted backward passes), to compare")

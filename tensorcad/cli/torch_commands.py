@@ -168,7 +168,7 @@ def certify(args: argparse.Namespace) -> int:
     pretrained = [_model_subject(name, settings, args) for name in models]
     if args.model is not None:
         pretrained.append(_model_subject(args.model, settings, args, factory=True))
-    runs = [(s, certify_checks(), s.design.name) for s in subjects]
+    runs = [(s, certify_checks(export=args.export), s.design.name) for s in subjects]
     runs += [(p.subject, MODEL_CHECKS, p.subject.name) for p in pretrained]
     results = []
     for subject, names, label in runs:

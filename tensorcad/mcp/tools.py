@@ -134,7 +134,7 @@ def register(server: MCPServer) -> None:
         return preview, [image, TextContent(type="text", text=drawing(preview))]
 
     @tool(server, f"Certify a design as `tensorcad certify` does (rules, isolation, closed form, block counts, "
-                  f"export, the training step) on a model scaled to at most {MAX_CERTIFY_PARAMS:,} parameters, rows of at most "
+                  f"the training step) on a model scaled to at most {MAX_CERTIFY_PARAMS:,} parameters, rows of at most "
                   f"{MAX_CERTIFY_SEQ} tokens, within {CERTIFY_SECONDS:g} s.", schemas.CERTIFY)
     def certify(design: Design, seq: int | None = None, pack: float | None = None, spread: float | None = None,
                 params: int | None = None, seed: int | None = None, ctx: Context | None = None) -> dict:

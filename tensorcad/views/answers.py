@@ -149,8 +149,9 @@ def certify_subject(design, settings, seq_path: str = "--seq"):
     return subject
 
 
-def certify_checks() -> tuple[str, ...]:
-    """What `tensorcad certify` runs: the registry's certify checks less the goldens (pytest owns those files)."""
-    from tensorcad.runtime.certification.registry import CERTIFY, GOLDENS  # no torch at import
+def certify_checks(export: bool = False) -> tuple[str, ...]:
+    """What `tensorcad certify` runs: the registry's certify checks less the goldens (pytest owns those
+    files), and the opt-in ones (``export``) when asked for."""
+    from tensorcad.runtime.certification.registry import CERTIFY, GOLDENS, OPT_IN  # no torch at import
 
-    return tuple(n for n in CERTIFY if n not in GOLDENS)
+    return tuple(n for n in CERTIFY if n not in GOLDENS) + (OPT_IN if export else ())

@@ -205,3 +205,12 @@ def test_verify_title_says_the_scale_once(only, capsys):
     assert f"nano-sort at seq 64, documents averaging 96 tokens (spread 1), scaled to {params:,} parameters " \
            f"(asked for about 150,000), seed 0" in out
     assert out.count("parameters") == 1
+
+
+@pytest.mark.parametrize("flag, last", [([], "eval[parity]"), (["--export"], "export")])
+def test_certify_runs_export_only_when_asked(certify_only, capsys, flag, last):
+    certify_only("rules")
+    assert main(["certify", "nano-sort", "--seq", "128", "--json", *flag]) == 0
+    (out,) = json.loads(capsys.readouterr().out)
+    names = [c["name"] for c in out["checks"]]
+    assert names[-1] == last and names.count("export") == (1 if flag else 0)

@@ -13,8 +13,8 @@ from harness.snapshot import golden_text
 def test_every_check_in_order_with_skips_reported_as_skips(tmp_path, design_texts):
     path = tmp_path / "plain.json"
     path.write_text(design_texts["plain"])
-    results = run_checks(str(path), root=tmp_path)
-    assert [r.name for r in results] == list(CHECKS)
+    results = run_checks(str(path), root=tmp_path, only=(*CHECKS, "export"))  # export: asked for by name
+    assert [r.name for r in results] == [*CHECKS, "export"]
     outcome = {r.name: r.outcome for r in results}
     assert outcome["isolation[eager]"] == outcome["isolation[flex]"] == "skipped"
     assert outcome["block-counts"] == "passed"  # its causal mask, counted by create_block_mask and the engine

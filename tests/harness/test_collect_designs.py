@@ -6,14 +6,22 @@ import pytest
 
 STEP = ["step[labels]", "step[loss]", "step[gradients]", "step[accumulation]", "eval[parity]"]
 CHECKS = ["rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",
-          "golden[analysis]", "golden[rules]", "golden[codegen]", "export", *STEP]
+          "golden[analysis]", "golden[rules]", "golden[codegen]", *STEP]
 
 
-def test_each_design_becomes_its_checks(project):
+def test_each_design_becomes_its_checks_and_export_is_deselected_without_dash_m(project):
     result = project.runpytest("--tensorcad", "designs", "--collect-only", "-q")
     ids = [line for line in result.outlines if "::" in line]
     assert ids == [f"designs/{name}.json::{check}" for name in ("tiny-documents", "tiny-plain")
                    for check in CHECKS]
+    result.stdout.fnmatch_lines([f"{len(ids)}/{len(ids) + 2} tests collected (2 deselected)*"])
+
+
+@pytest.mark.parametrize("expression, expected", [("export", ["export"]), ("tensorcad", [*CHECKS, "export"])])
+def test_dash_m_export_asks_for_the_export_items(project, expression, expected):
+    result = project.runpytest("--tensorcad", "designs/tiny-documents.json", "--collect-only", "-q",
+                               "-m", expression)
+    assert [line.split("::")[1] for line in result.outlines if "::" in line] == expected
 
 
 def test_dash_m_isolation_selects_only_isolation_items(project):

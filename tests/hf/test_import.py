@@ -199,7 +199,7 @@ def test_certify_takes_a_model_directory(tmp_path):
     # --positions (or --documents): the design checks on the imported design; without either, the
     # directory's own model is certified (tests/hf/test_certify_model_dir.py).
     tiny_config(transformers, "gpt2").save_pretrained(tmp_path)
-    run = _cli("certify", str(tmp_path), "--positions", "--json")
+    run = _cli("certify", str(tmp_path), "--positions", "--export", "--json")
     assert run.returncode == 0, run.stderr
     (result,) = json.loads(run.stdout)
     outcomes = {c["name"]: c["outcome"] for c in result["checks"]}

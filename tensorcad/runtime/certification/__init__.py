@@ -2,6 +2,7 @@
 
 - ``registry``: ``REGISTRY`` (each check and what it holds the design to),
   ``CERTIFY`` (what ``tensorcad certify`` and ``pytest --tensorcad`` run),
+  ``OPT_IN`` (``export``: run when asked for by name),
   ``VERIFY``, ``run_check``, ``certify``; ``outcome``: ``Check``, the one
   result type, and ``Skipped``;
 - the certificates any model is held to (``certificates`` wraps them as
@@ -43,6 +44,7 @@ _LAZY = {
     # the registry, and what it returns
     "REGISTRY": ".registry:REGISTRY",
     "CERTIFY": ".registry:CERTIFY",
+    "OPT_IN": ".registry:OPT_IN",
     "VERIFY": ".registry:VERIFY",
     "GOLDENS": ".registry:GOLDENS",
     "MODEL_CHECKS": ".registry:MODEL_CHECKS",
