@@ -122,3 +122,27 @@ def test_bad_choices_are_refused():
         certify_step(TinyLM(), batch_of(LENGTHS), accumulation="sum", only=["step[accumulation]"])
     with pytest.raises(TensorcadError, match="a list of micro-batches is for step\\[accumulation\\] alone"):
         certify_step(TinyLM(), [batch_of(LENGTHS)])
+
+
+def test_a_subjects_own_alone_is_how_its_documents_run_and_a_check_keeps_its_name():
+    model, other = TinyLM(), TinyLM(seed=1)
+    s = subject(model, alone=lambda ids, documents, positions: other(ids, documents, positions))
+    check = run_check(s, "step[loss]")  # each document alone through another model: not the packed loss
+    assert check.name == "step[loss]" and not check.passed
+    assert check.message.startswith("the loss is not the documents' own\n")
+    assert run_check(subject(model), "step[loss]").passed
+
+
+def test_a_designs_subject_is_held_under_its_generated_models_training_loss():
+    """A design's subject: its generated model, next-token labels shifted within documents, next_token_loss.
+    The labels check needs no model run; building the design costs the test its time (a second or so)."""
+    from test_model_certificates import SETTINGS, design
+
+    from tensorcad.runtime.building.subject import Subject
+
+    s = Subject(design("doc(b, q) == doc(b, kv)"), SETTINGS)
+    step, batch, shift = subject_step(s)
+    assert step.model is not None and step.loss is next_token_loss and shift == SHIFT
+    assert torch.equal(batch["labels"], next_token_labels(batch["input_ids"], batch["documents"]))
+    check = run_check(s, "step[labels]")
+    assert check.passed and check.figures["how"] == "declared shift='shifted'", check.message

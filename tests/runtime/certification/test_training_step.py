@@ -106,3 +106,28 @@ def test_a_loss_of_the_users_is_called_on_the_logits_and_the_labels_as_written()
     assert step_of(TinyLM(), mine).packed_loss(read).shape == ()
     assert seen[0][0] == (1, 7, 32) and seen[0][1] is read.labels
     assert not step_of(TinyLM()).own_loss and not step_of(TinyLM()).hf
+
+
+def test_a_flex_model_fn_with_no_parameters_is_taken_to_be_on_the_cpu():
+    """No parameter to say where the model is: it is taken to be on the CPU, so its eager form is run."""
+    def model_fn(ids, documents, positions):
+        return ids
+
+    model_fn.form = "flex"
+    with step_of(model_fn).mode(train=True) as note:
+        assert model_fn.form == "eager" and note == "the eager form: FlexAttention has no backward on CPU"
+    assert model_fn.form == "flex"
+
+
+def test_a_document_alone_is_one_document_from_position_0():
+    model, seen = TinyLM(), []
+
+    def alone(ids, documents, positions):
+        seen.append((documents, positions))
+        return model(ids, documents, positions)
+
+    ids = torch.arange(5)[None] + 3
+    logits = step_of(model, alone=alone).alone_logits(ids)
+    documents, positions = seen[-1]
+    assert documents.tolist() == [[0] * 5] and positions.tolist() == [[0, 1, 2, 3, 4]]
+    assert torch.equal(logits, model(ids, torch.zeros_like(ids), torch.arange(5)[None]))
