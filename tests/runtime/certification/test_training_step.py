@@ -131,3 +131,25 @@ def test_a_document_alone_is_one_document_from_position_0():
     documents, positions = seen[-1]
     assert documents.tolist() == [[0] * 5] and positions.tolist() == [[0, 1, 2, 3, 4]]
     assert torch.equal(logits, model(ids, torch.zeros_like(ids), torch.arange(5)[None]))
+
+
+def test_documents_alone_over_micro_batches_are_numbered_by_their_row_in_the_whole_batch():
+    from tensorcad.runtime.certification.training_step import document_losses
+
+    micro = [read_batch(batch_of([[3, 5], [4, 2, 2]], seed=i)) for i in range(3)]  # 2 rows each
+    losses = document_losses(step_of(TinyLM()), micro)
+    rows = [0, 0, 1, 1, 1] * 3
+    want = [r + 2 * i for i in range(3) for r in rows[:5]]
+    assert list(losses.rows) == want and [p[0] for p in losses.pieces] == want
+    assert [w[0] for w in losses.where] == want
+
+
+def test_an_alone_that_returns_other_shapes_is_refused_in_one_line():
+    model = TinyLM()
+    with pytest.raises(TensorcadError) as caught:
+        from tensorcad.runtime.certification.training_step import document_losses
+
+        document_losses(step_of(model, alone=lambda ids, documents, positions: model(ids, documents, positions)[:, 1:]),
+                        [read_batch(batch_of([[5, 3]]))])
+    assert caught.value.path == "alone"
+    assert str(caught.value) == "alone: outputs shaped (1, 4, 32) for a document of 5 tokens"
