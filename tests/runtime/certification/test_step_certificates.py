@@ -90,6 +90,7 @@ def test_a_users_model_is_held_under_its_collators_labels_or_the_flattening_coll
     step, batch, shift = subject_step(s)
     assert step.model is model and step.loss is None and shift is None
     assert torch.equal(batch["labels"], inside_labels(batch["input_ids"], batch["documents"]))
+    assert torch.equal(batch["position_ids"], s.given_batch[2])  # a Hugging Face model reads the packing off them
     assert all(run_check(s, name).passed for name in STEP_CHECKS)
 
     class Collated(ModelSubject):
