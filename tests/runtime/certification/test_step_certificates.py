@@ -147,3 +147,26 @@ def test_a_designs_subject_is_held_under_its_generated_models_training_loss():
     assert torch.equal(batch["labels"], next_token_labels(batch["input_ids"], batch["documents"]))
     check = run_check(s, "step[labels]")
     assert check.passed and check.figures["how"] == "declared shift='shifted'", check.message
+
+
+def test_bad_choices_are_refused_in_one_line_naming_the_argument():
+    with pytest.raises(TensorcadError) as caught:
+        certify_step(TinyLM(), batch_of(LENGTHS), only=["step[all]"])
+    assert caught.value.path == "only" and str(caught.value) == (
+        f"only: unknown step certificate 'step[all]' ({', '.join(STEP_CHECKS)})")
+    with pytest.raises(TensorcadError) as caught:
+        certify_step(TinyLM(), [batch_of(LENGTHS)])
+    assert str(caught.value) == ("batch: a list of micro-batches is for step[accumulation] alone: pass one batch "
+                                 "dict")
+
+
+def test_the_users_loss_and_alone_are_the_ones_certified():
+    from step_models import row_mean_loss
+
+    model, other, batch = TinyLM(), TinyLM(seed=1), batch_of(LENGTHS)
+    by_row = certify_step(model, batch, loss=row_mean_loss, reduction="sequence", only=["step[loss]"])
+    assert by_row.passed, by_row.message()  # the row mean is the sequence mean; the default token mean is not
+    assert not certify_step(model, batch, reduction="sequence", only=["step[loss]"]).passed
+    elsewhere = certify_step(model, batch, alone=lambda ids, documents, positions: other(ids, documents, positions),
+                             only=["step[loss]"])
+    assert not elsewhere.passed  # the documents alone through another model
