@@ -209,8 +209,10 @@ def test_a_callable_reduction_and_bad_input():
     with pytest.raises(TensorcadError, match="expected a callable") as caught:
         step_of(model, loss="token")
     assert caught.value.path == "loss"
+    assert str(caught.value) == "loss: expected a callable (logits, labels) -> loss, got str"
     with pytest.raises(TensorcadError, match="expected a model") as caught:
         step_of(3)
+    assert str(caught.value) == "model: expected a model or a model_fn, got int"
 
 
 def test_the_weights_said_for_more_documents_than_are_shown():

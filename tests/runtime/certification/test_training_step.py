@@ -153,3 +153,10 @@ def test_an_alone_that_returns_other_shapes_is_refused_in_one_line():
                         [read_batch(batch_of([[5, 3]]))])
     assert caught.value.path == "alone"
     assert str(caught.value) == "alone: outputs shaped (1, 4, 32) for a document of 5 tokens"
+
+
+def test_a_parameter_reached_twice_is_compared_once():
+    model = TinyLM()
+    model_fn = lambda ids, documents, positions: model(ids, documents, positions)  # noqa: E731
+    named = step_of(model_fn, alone=model_fn).named_parameters()  # the same model packed and alone
+    assert [n for n, _ in named] == [n for n, _ in model.named_parameters()]
