@@ -170,3 +170,17 @@ def test_the_users_loss_and_alone_are_the_ones_certified():
     elsewhere = certify_step(model, batch, alone=lambda ids, documents, positions: other(ids, documents, positions),
                              only=["step[loss]"])
     assert not elsewhere.passed  # the documents alone through another model
+
+
+def test_the_declared_reduction_and_rtol_reach_every_certificate():
+    from step_models import row_mean_loss
+
+    model, batch = TinyLM(), batch_of(LENGTHS)
+    report = certify_step(model, batch, loss=row_mean_loss, reduction="sequence",
+                          only=["step[gradients]", "step[accumulation]", "eval[parity]"])
+    assert list(report.results) == ["step[gradients]", "eval[parity]"] and "step[accumulation]" in report.not_run
+    assert all(r.reduction == "sequence" for r in report.results.values())
+    report = certify_step(model, batch, loss=row_mean_loss, reduction="sequence", rtol=0.5,
+                          accumulation="mean", only=["step[gradients]", "step[accumulation]"])
+    assert report.results["step[gradients]"].reduction == "sequence" and report.passed, report.message()
+    assert report.results["step[accumulation]"].comparison.tolerance == 0.5
