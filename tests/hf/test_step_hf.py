@@ -176,6 +176,9 @@ def test_a_small_llama_its_own_loss_alone_and_padded():
         count = int((batch["labels"][:, 1:] != -100).sum())
         summed, _ = step.loss_and_logits(read, count)
         padded = step.padded_logits(torch.tensor([[1, 2, 3], [4, 5, 0]]), torch.tensor([[1, 1, 1], [1, 1, 0]]).bool())
+        # a loss of the user's on the model's logits: the packed forward is the model's own, without the labels
+        users = step_of(model, lambda logits, labels: F.cross_entropy(logits[0, :-1], labels[0, 1:])).logits(read)
+    assert torch.equal(users, logits)
     assert logits.shape == (1, 17, 32) and float(summed) == pytest.approx(float(loss), rel=1e-6)
     assert float((logits[0, 5:14] - alone[1][0]).abs().max()) < 1e-5  # the second document, packed and alone
     assert padded.shape == (2, 3, 32)
@@ -183,6 +186,6 @@ def test_a_small_llama_its_own_loss_alone_and_padded():
         assert float((padded[1, :2] - model(input_ids=torch.tensor([[4, 5]])).logits[0]).abs().max()) < 1e-5
     assert check_loss(step, read).passed and check_eval_parity(step, read).passed
     bare = transformers.LlamaModel(config)  # no head: no loss
-    with pytest.raises(TensorcadError, match="returned no loss") as caught:
+    with pytest.raises(TensorcadError, match="^loss: LlamaModel returned no loss for the batch's labels$") as caught:
         step_of(bare).loss_and_logits(read)
     assert caught.value.path == "loss"

@@ -123,3 +123,41 @@ def test_a_loss_that_takes_no_count_and_too_few_micro_batches_are_refused():
         with pytest.raises(TensorcadError) as caught:
             check_accumulation(step_of(model), *args)
         assert str(caught.value) == says
+
+
+def test_a_weight_without_a_name_is_named_by_its_type_and_rtol_is_the_callers():
+    class HalfEach:  # a callable object: no __name__ of its own
+        def __call__(self, micro_batch, micro_batches):
+            return 0.5
+
+    model = TinyLM()
+    micro = [read_batch(batch_of(FIRST, seed=1)), read_batch(batch_of(SECOND, seed=2))]
+    result = check_accumulation(step_of(model), micro, accumulation=HalfEach())
+    assert result.accumulation == "HalfEach" and "(each micro-batch's loss weighted by HalfEach) give" in result.message()
+    assert not result.passed  # 1/14 and 1/72 where the token mean weighs 1/43: beyond float32's 1e-3
+    loose = check_accumulation(step_of(model), micro, accumulation=HalfEach(), rtol=10.0)
+    assert loose.passed and loose.comparison.tolerance == 10.0
+
+
+def test_accumulation_runs_in_train_mode_skips_unused_parameters_and_notes_the_form():
+    class Spare(TinyLM):  # in eval mode it leaks across documents; one parameter the forward never uses
+        def __init__(self):
+            super().__init__(leak_in_eval=True)
+            self.spare = torch.nn.Parameter(torch.ones(3))
+            self.form = "flex"
+
+    model = Spare().eval()
+    micro = [read_batch(batch_of(FIRST, seed=1)), read_batch(batch_of(SECOND, seed=2))]
+    result = check_accumulation(step_of(model), micro)
+    assert result.passed, result.message()
+    assert not model.training and model.form == "flex"
+    assert "eager" in result.note and result.message().endswith(f" ({result.note})")
+    assert {g.name: g.gap for g in result.comparison.gaps}["spare"] == 0.0
+
+
+def test_equal_micro_batches_that_fail_for_another_reason_are_not_told_to_count_targets():
+    """Averaged each, equal micro-batches weigh every target alike: a failure there is not the count's."""
+    read = read_batch(batch_of([[5, 5], [4, 6]]))  # 8 targets a row
+    result = check_accumulation(step_of(TinyLM(leak=True)), split_batch(read, 2), accumulation="mean")
+    assert not result.passed and result.targets == (8, 8)
+    assert result.message().endswith("the micro-batches hold 8 and 8 targets")

@@ -91,3 +91,57 @@ def test_the_padding_is_the_models_pad_token():
     Config.pad_token_id = None
     check_eval_parity(step_of(model), read_batch(batch_of([[3, 5]])))
     assert seen[-1][0, 3:].tolist() == [0, 0]
+
+
+def test_the_padded_rows_are_the_documents_the_padding_kept_apart():
+    """What the unpacked run feeds the model, against the rows written out here: each document's tokens from
+    position 0, the padding (right, the model's pad id) a document of its own, the ids in the batch's dtype."""
+    model, batch = TinyLM(), batch_of([[3, 5], [2, 4, 2]])
+    batch["input_ids"] = batch["input_ids"].int()  # a collator's int32 ids stay int32
+    seen = []
+    original = TinyLM.forward
+
+    def spy(self, ids, documents, positions=None):
+        seen.append((ids, documents, positions))
+        return original(self, ids, documents, positions)
+
+    model.forward = spy.__get__(model)
+    unpacked_losses(step_of(model), read_batch(batch))
+    ids, documents, positions = seen[-1]
+    pieces = spans(batch["documents"])
+    lengths = [end - first for _, first, end in pieces]
+    assert ids.dtype == torch.int32 and ids.shape == (len(pieces), max(lengths))
+    for i, ((r, first, end), n) in enumerate(zip(pieces, lengths)):
+        assert ids[i, :n].tolist() == batch["input_ids"][r, first:end].tolist()
+        assert ids[i, n:].tolist() == [0] * (max(lengths) - n)
+        assert documents[i].tolist() == [0] * n + [1] * (max(lengths) - n)
+        assert positions[i].tolist() == list(range(n)) + list(range(max(lengths) - n))
+
+
+def test_the_tolerance_is_the_models_dtype():
+    """A bfloat16 model is held to bfloat16's tolerance, not float32's (the dtype read from its parameters)."""
+    from tensorcad.runtime.certification.training_step import loss_tolerance
+
+    model, batch = TinyLM().to(torch.bfloat16), batch_of(LENGTHS)
+    result = check_eval_parity(step_of(model), read_batch(batch))
+    assert result.passed, result.message()
+    assert result.tolerance == loss_tolerance(torch.bfloat16, result.reference)
+    assert result.tolerance > 100 * loss_tolerance(torch.float32, result.reference)
+
+
+def test_a_flex_model_is_evaluated_in_its_eager_form_and_says_so():
+    """On CPU FlexAttention has no backward: the model runs eager, the result notes it, the form is put back."""
+    model, batch = TinyLM(), batch_of(LENGTHS)
+    model.form = "flex"
+    forms = []
+    original = TinyLM.forward
+
+    def spy(self, ids, documents, positions=None):
+        forms.append(self.form)
+        return original(self, ids, documents, positions)
+
+    model.forward = spy.__get__(model)
+    result = check_eval_parity(step_of(model), read_batch(batch))
+    assert result.passed and forms and set(forms) == {"eager"} and model.form == "flex"
+    assert result.note and "eager" in result.note
+    assert result.message().endswith(f" ({result.note})") and result.to_json()["note"] == result.note

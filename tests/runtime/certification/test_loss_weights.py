@@ -90,3 +90,62 @@ def test_each_way_a_position_is_mistrained_is_said():
     assert Mistrained(0, 4, 1, 3, 6, True).message() == (
         "the loss trains position 4 of row 0 (document 1, its last) on token 3 where the documents alone train it "
         "on 6: does the loss shift the labels as they are written?")
+
+
+def test_each_positions_residual_is_held_to_its_own_gradient():
+    """A lightly weighted position off a cross-entropy's by 0.3% is seen, beside positions weighing 100 times more;
+    a position weighted a millionth is still read exactly (its rounding is its own, not the heavy ones')."""
+    targets = torch.tensor([[3, -100, 1, 4], [0, 2, -100, -100]])
+    light = torch.tensor([[1.0, 0.0, 0.01, 1.0], [1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    logits, gradient = gradient_of(targets, light)
+    off = gradient.clone()
+    mine = off[0, 2]
+    others = torch.arange(mine.numel()) != 1  # every entry but the target's
+    mine[others] += 3e-3 * float(mine.abs().max())
+    assert trained_by(logits, gradient).exact and not trained_by(logits, off).exact
+    tiny = light.clone()
+    tiny[0, 2] = 1e-6
+    logits, gradient = gradient_of(targets, tiny)
+    trained = trained_by(logits, gradient)
+    assert trained.exact and float(trained.weights[0, 2]) == pytest.approx(1e-6, rel=1e-4)
+
+
+def test_weights_as_fractions_at_the_largest_denominator():
+    assert fraction(1e-9) == "1/1000000000" and fraction(1 / 600_000_000) == "1/600000000"
+    assert fraction(1 / 100) == "1/100" and fraction(5e-10) == "5e-10"  # 1/2,000,000,000: past 10^9, in digits
+
+
+def test_positions_counted_as_a_documents_last_by_the_documents():
+    """Every mistrained position of a loss that trains each output on its own token: its document's last exactly
+    where the next position is another document's (or the row ends)."""
+    documents = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 2]])
+    labels = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12]])
+    logits = torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    (gradient,) = torch.autograd.grad(F.cross_entropy(logits[0], labels[0]), logits)  # unshifted
+    want_t = torch.full((1, 8), -100)
+    want_t[0, [0, 1, 3, 4, 5]] = labels[0, [1, 2, 4, 5, 6]]
+    want_w = (want_t != -100).double() / 5
+    check = check_weights(trained_by(logits, gradient), want_t, want_w, documents, [(0, 0, 0, 3), (0, 1, 3, 7),
+                                                                                     (0, 2, 7, 8)])
+    assert len(check.mistrained) == 8
+    for m in check.mistrained:
+        assert m.last == (m.position == 7 or bool(documents[0, m.position + 1] != documents[0, m.position]))
+
+
+def test_a_target_never_trained_leaves_the_shared_weights_gap_and_an_empty_batch_passes():
+    logits, gradient = gradient_of(TARGETS, WEIGHTS)
+    trained = trained_by(logits, gradient)
+    want_t, want_w = TARGETS.clone(), WEIGHTS.clone()
+    want_t[0, 1], want_w[0, 1] = 2, 0.25  # a target the loss never trains
+    documents = torch.zeros(2, 4, dtype=torch.long)
+    pieces = [(0, 0, 0, 4), (1, 0, 0, 4)]
+    check = check_weights(trained, want_t, want_w, documents, pieces)
+    assert [(m.position, m.got, m.want) for m in check.mistrained] == [(1, -100, 2)]
+    assert check.largest < 1e-6  # the weights of the targets both train agree; the missing one is mistrained
+    nothing = trained_by(logits, torch.zeros_like(gradient))
+    none = torch.full((2, 4), -100)
+    empty = check_weights(nothing, none, torch.zeros(2, 4, dtype=torch.float64), documents, pieces)
+    assert empty.passed and empty.largest == 0.0 and empty.per_document == (0.0, 0.0)
+    smoothed = gradient + 0.01 * (gradient != 0).any(-1, keepdim=True)
+    unread = check_weights(trained_by(logits, smoothed), TARGETS, WEIGHTS, documents, pieces)
+    assert not unread.exact and unread.to_json()["exact"] is False

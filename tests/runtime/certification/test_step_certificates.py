@@ -90,6 +90,7 @@ def test_a_users_model_is_held_under_its_collators_labels_or_the_flattening_coll
     step, batch, shift = subject_step(s)
     assert step.model is model and step.loss is None and shift is None
     assert torch.equal(batch["labels"], inside_labels(batch["input_ids"], batch["documents"]))
+    assert torch.equal(batch["position_ids"], s.given_batch[2])  # a Hugging Face model reads the packing off them
     assert all(run_check(s, name).passed for name in STEP_CHECKS)
 
     class Collated(ModelSubject):
@@ -122,3 +123,64 @@ def test_bad_choices_are_refused():
         certify_step(TinyLM(), batch_of(LENGTHS), accumulation="sum", only=["step[accumulation]"])
     with pytest.raises(TensorcadError, match="a list of micro-batches is for step\\[accumulation\\] alone"):
         certify_step(TinyLM(), [batch_of(LENGTHS)])
+
+
+def test_a_subjects_own_alone_is_how_its_documents_run_and_a_check_keeps_its_name():
+    model, other = TinyLM(), TinyLM(seed=1)
+    s = subject(model, alone=lambda ids, documents, positions: other(ids, documents, positions))
+    check = run_check(s, "step[loss]")  # each document alone through another model: not the packed loss
+    assert check.name == "step[loss]" and not check.passed
+    assert check.message.startswith("the loss is not the documents' own\n")
+    assert run_check(subject(model), "step[loss]").passed
+
+
+def test_a_designs_subject_is_held_under_its_generated_models_training_loss():
+    """A design's subject: its generated model, next-token labels shifted within documents, next_token_loss.
+    The labels check needs no model run; building the design costs the test its time (a second or so)."""
+    from test_model_certificates import SETTINGS, design
+
+    from tensorcad.runtime.building.subject import Subject
+
+    s = Subject(design("doc(b, q) == doc(b, kv)"), SETTINGS)
+    step, batch, shift = subject_step(s)
+    assert step.model is not None and step.loss is next_token_loss and shift == SHIFT
+    assert torch.equal(batch["labels"], next_token_labels(batch["input_ids"], batch["documents"]))
+    check = run_check(s, "step[labels]")
+    assert check.passed and check.figures["how"] == "declared shift='shifted'", check.message
+
+
+def test_bad_choices_are_refused_in_one_line_naming_the_argument():
+    with pytest.raises(TensorcadError) as caught:
+        certify_step(TinyLM(), batch_of(LENGTHS), only=["step[all]"])
+    assert caught.value.path == "only" and str(caught.value) == (
+        f"only: unknown step certificate 'step[all]' ({', '.join(STEP_CHECKS)})")
+    with pytest.raises(TensorcadError) as caught:
+        certify_step(TinyLM(), [batch_of(LENGTHS)])
+    assert str(caught.value) == ("batch: a list of micro-batches is for step[accumulation] alone: pass one batch "
+                                 "dict")
+
+
+def test_the_users_loss_and_alone_are_the_ones_certified():
+    from step_models import row_mean_loss
+
+    model, other, batch = TinyLM(), TinyLM(seed=1), batch_of(LENGTHS)
+    by_row = certify_step(model, batch, loss=row_mean_loss, reduction="sequence", only=["step[loss]"])
+    assert by_row.passed, by_row.message()  # the row mean is the sequence mean; the default token mean is not
+    assert not certify_step(model, batch, reduction="sequence", only=["step[loss]"]).passed
+    elsewhere = certify_step(model, batch, alone=lambda ids, documents, positions: other(ids, documents, positions),
+                             only=["step[loss]"])
+    assert not elsewhere.passed  # the documents alone through another model
+
+
+def test_the_declared_reduction_and_rtol_reach_every_certificate():
+    from step_models import row_mean_loss
+
+    model, batch = TinyLM(), batch_of(LENGTHS)
+    report = certify_step(model, batch, loss=row_mean_loss, reduction="sequence",
+                          only=["step[gradients]", "step[accumulation]", "eval[parity]"])
+    assert list(report.results) == ["step[gradients]", "eval[parity]"] and "step[accumulation]" in report.not_run
+    assert all(r.reduction == "sequence" for r in report.results.values())
+    report = certify_step(model, batch, loss=row_mean_loss, reduction="sequence", rtol=0.5,
+                          accumulation="mean", only=["step[gradients]", "step[accumulation]"])
+    assert report.results["step[gradients]"].reduction == "sequence" and report.passed, report.message()
+    assert report.results["step[accumulation]"].comparison.tolerance == 0.5

@@ -121,3 +121,47 @@ def test_a_declared_document_mean_held_to_its_own_loss():
 
     assert check_step_gradients(step_of(model, document_mean), read_batch(batch), "document").passed
     assert not check_step_gradients(step_of(model, document_mean), read_batch(batch), "token").passed
+
+
+def test_a_parameter_the_loss_never_reaches_has_no_gradient_either_way():
+    class WithSpare(TinyLM):  # a trainable parameter the forward does not use (a head tied off, a frozen branch)
+        def __init__(self):
+            super().__init__()
+            self.spare = torch.nn.Parameter(torch.ones(3))
+
+    model, batch = WithSpare(), batch_of(LENGTHS)
+    result = check_step_gradients(step_of(model), read_batch(batch))
+    assert result.passed, result.message()
+    spare = {g.name: g for g in result.comparison.gaps}["spare"]
+    assert (spare.gap, spare.packed_norm, spare.reference_norm) == (0.0, 0.0, 0.0)
+
+
+def test_the_gradients_are_taken_in_train_mode():
+    """A model that leaks across documents only in eval mode passes: the step's gradients are training's."""
+    model, batch = TinyLM(leak_in_eval=True), batch_of(LENGTHS)
+    model.eval()
+    assert check_step_gradients(step_of(model), read_batch(batch)).passed
+    assert not model.training
+
+
+def test_two_and_three_parameters_beyond_are_counted_in_words():
+    from tensorcad.runtime.certification.step_gradients import GradientComparison, ParameterGap, StepGradientResult
+
+    for beyond, said in ((2, "and 1 more parameter beyond"), (3, "and 2 more parameters beyond")):
+        gaps = tuple(ParameterGap(f"p{i}", 0.5 + i, 1.0, 1.0) for i in range(beyond))
+        result = StepGradientResult(GradientComparison(gaps, 0.1, 3.0, 4.0, 0.25), "token")
+        assert f"p{beyond - 1} differs by {beyond - 0.5:.3g} of its norm (tolerance 0.1), {said} the tolerance; " \
+               "gradient norm 3 packed, 4 alone (relative gap 0.25)" in result.message()
+
+
+def test_norms_and_the_total_gap_of_small_gradients_by_hand():
+    p = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(1))]
+    reference = [torch.tensor([0.03, 0.04]), torch.tensor([0.0])]  # norm 0.05: under 1
+    packed = [torch.tensor([0.03, 0.05]), torch.tensor([0.002])]
+    c = compare_gradients(["a", "b"], packed, reference, p, 0.1)
+    assert c.reference_norm == pytest.approx(0.05) and c.packed_norm == pytest.approx((0.03**2 + 0.05**2 + 0.002**2) ** 0.5)
+    assert c.total_gap == pytest.approx((0.01**2 + 0.002**2) ** 0.5 / 0.05)
+    a, b = c.gaps
+    assert (a.packed_norm, a.reference_norm) == (pytest.approx((0.03**2 + 0.05**2) ** 0.5), pytest.approx(0.05))
+    assert (b.packed_norm, b.reference_norm) == (pytest.approx(0.002), 0.0)
+    assert b.gap == pytest.approx(0.002 / (1e-3 * 0.05))  # floored at a thousandth of the largest norm

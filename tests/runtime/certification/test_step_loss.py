@@ -209,5 +209,131 @@ def test_a_callable_reduction_and_bad_input():
     with pytest.raises(TensorcadError, match="expected a callable") as caught:
         step_of(model, loss="token")
     assert caught.value.path == "loss"
+    assert str(caught.value) == "loss: expected a callable (logits, labels) -> loss, got str"
     with pytest.raises(TensorcadError, match="expected a model") as caught:
         step_of(3)
+    assert str(caught.value) == "model: expected a model or a model_fn, got int"
+
+
+def test_the_weights_said_for_more_documents_than_are_shown():
+    """The verdict names three documents' weights (a document of one target in the singular) and counts the rest."""
+    model = TinyLM()
+    result = check_loss(step_of(model, row_mean_loss), read_batch(batch_of(LENGTHS)), "document")
+    # row 0 holds 16 targets (2, 8, 1, 5), row 1 holds 18: the row mean weighs row 0's 1/(2 x 16); `document`
+    # weighs a target 1/(6 x its document's)
+    assert result.message().endswith(
+        "it weighs the documents' targets as the `sequence` mean does: a target of document 0 of row 0 (2 targets) "
+        "weighs 1/32 (`document`: 1/12), a target of document 1 of row 0 (8 targets) weighs 1/32 (`document`: 1/48), "
+        "a target of document 2 of row 0 (1 target) weighs 1/32 (`document`: 1/6), and 3 more")
+    one_more = check_loss(step_of(model, row_mean_loss), read_batch(batch_of([[3, 9, 2, 6]])), "document")
+    assert one_more.message().endswith("(`document`: 1/4), and 1 more")  # 1/(4 x 1)
+
+
+def test_a_document_without_targets_is_declared_no_weight():
+    """A one-token document has nothing to predict: the declared reduction gives it no weight (by hand: 1/N)."""
+    result = check_loss(step_of(TinyLM()), read_batch(batch_of([[4, 1, 3]])))
+    assert result.passed, result.message()
+    assert result.counts == (3, 0, 2)
+    assert result.declared == pytest.approx((1 / 5, 0.0, 1 / 5))
+    mine = check_loss(step_of(TinyLM()), read_batch(batch_of([[4, 1, 3]])), lambda tokens, rows: torch.cat(tokens).mean())
+    assert mine.declared[1] == 0.0 and mine.declared[0] == pytest.approx(1 / 5)  # the callable's gradient: none
+
+
+def test_one_and_two_positions_trained_across_a_boundary_are_counted_in_words():
+    model = TinyLM()
+    for lengths, tail in (([[3, 5]], "first token"), ([[3, 5, 4]], "first token (1 more position trained otherwise)"),
+                          ([[3, 5, 4, 2]], "first token (2 more positions trained otherwise)")):
+        batch = batch_of(lengths)
+        batch["labels"] = batch["input_ids"].clone()  # no -100 where a document begins
+        result = check_loss(step_of(model), read_batch(batch))
+        assert len(result.weights.mistrained) == len(lengths[0]) - 1
+        assert result.message().endswith(f"the next document's {tail}")
+
+
+def test_a_value_that_no_other_reduction_shares_is_said_alone():
+    """A loss with a gradient no cross-entropy has, at the token mean's value: compared by value, nothing else named."""
+    model, batch = TinyLM(), batch_of(LENGTHS)
+
+    def token_plus_nothing(logits, labels):
+        return packed_by_hand_of(logits, labels) + (logits.sum() - logits.sum().detach())
+
+    result = check_loss(step_of(model, token_plus_nothing), read_batch(batch))
+    assert result.passed and result.weights is None, result.message()
+    assert all(abs(result.references[n] - result.reference) > result.tolerance for n in ("document", "sequence"))
+    assert result.message().endswith("); not a weighted cross-entropy, so its value alone is compared")
+
+
+def packed_by_hand_of(logits, labels):
+    targets = labels[:, 1:]
+    kept = targets != -100
+    return F.cross_entropy(logits[:, :-1][kept], targets[kept])
+
+
+def test_a_loss_nothing_matches_lists_every_named_reduction():
+    model, batch = TinyLM(), batch_of(LENGTHS)
+
+    def smoothed(logits, labels):
+        return F.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), label_smoothing=0.1)
+
+    result = check_loss(step_of(model, smoothed), read_batch(batch))
+    r = result.references
+    assert result.message().endswith(
+        f"nor under any named reduction (token {r['token']:.6g}, document {r['document']:.6g}, sequence "
+        f"{r['sequence']:.6g}): the packed step computes something the documents alone do not")
+
+
+def test_a_callable_reduction_over_rows_is_held_by_its_weights_and_named_by_value():
+    """A reduction of the user's that reads the rows (the row mean, written by hand): it is held to it, weights
+    read from its own gradient; matched by value only, it is said as the named mean and not as itself."""
+    model, batch = TinyLM(), batch_of(LENGTHS)
+
+    def per_row(tokens, rows):
+        means = [torch.cat([t for t, r in zip(tokens, rows) if r == row]).mean() for row in sorted(set(rows))]
+        return torch.stack(means).mean()
+
+    result = check_loss(step_of(model, row_mean_loss), read_batch(batch), per_row)
+    assert result.passed and result.weights is not None and result.weights.passed, result.message()
+    assert result.reference == pytest.approx(result.references["sequence"], abs=1e-6)
+
+    def token_plus_nothing(logits, labels):
+        return packed_by_hand_of(logits, labels) + (logits.sum() - logits.sum().detach())
+
+    failed = check_loss(step_of(model, token_plus_nothing), read_batch(batch), per_row)
+    assert not failed.passed and failed.weights is None and failed.matched[0] == "token"
+    assert failed.message().endswith("a target of document 2 of row 0 (1 target) 1/34, and 3 more")
+
+
+def test_logits_without_a_graph_or_unused_by_the_loss_are_held_by_the_value():
+    """Where the loss's gradient at the logits cannot be read (no graph; a loss computing its own), the value
+    is compared alone: the right value passes."""
+    model, batch = TinyLM(), batch_of(LENGTHS)
+
+    def frozen(ids, documents, positions):  # outputs computed without a graph
+        with torch.no_grad():
+            return model(ids, documents, positions)
+
+    result = check_loss(step_of(frozen), read_batch(batch))
+    assert result.passed and result.weights is None, result.message()
+    forward = (batch["input_ids"], batch["documents"], batch["position_ids"])
+
+    def its_own(logits, labels):  # ignores the logits it is given, recomputes them
+        return packed_by_hand_of(model(*forward), labels)
+
+    result = check_loss(step_of(model, its_own), read_batch(batch))
+    assert result.passed and result.weights is None, result.message()
+    with torch.no_grad():
+        want = float(packed_by_hand(model, batch))
+    assert result.packed == pytest.approx(want, abs=1e-6)
+
+
+def test_the_tolerance_is_the_models_dtype_and_a_flex_model_runs_eager():
+    from tensorcad.runtime.certification.training_step import loss_tolerance
+
+    result = check_loss(step_of(TinyLM().to(torch.bfloat16)), read_batch(batch_of(LENGTHS)))
+    assert result.passed and result.tolerance == loss_tolerance(torch.bfloat16, result.reference)
+    assert result.tolerance > 100 * loss_tolerance(torch.float32, result.reference)
+    model = TinyLM()
+    model.form = "flex"
+    result = check_loss(step_of(model), read_batch(batch_of(LENGTHS)))
+    assert result.passed and model.form == "flex" and "eager" in result.note
+    assert result.message().endswith(f" ({result.note})") and result.to_json()["note"] == result.note

@@ -106,3 +106,57 @@ def test_a_loss_of_the_users_is_called_on_the_logits_and_the_labels_as_written()
     assert step_of(TinyLM(), mine).packed_loss(read).shape == ()
     assert seen[0][0] == (1, 7, 32) and seen[0][1] is read.labels
     assert not step_of(TinyLM()).own_loss and not step_of(TinyLM()).hf
+
+
+def test_a_flex_model_fn_with_no_parameters_is_taken_to_be_on_the_cpu():
+    """No parameter to say where the model is: it is taken to be on the CPU, so its eager form is run."""
+    def model_fn(ids, documents, positions):
+        return ids
+
+    model_fn.form = "flex"
+    with step_of(model_fn).mode(train=True) as note:
+        assert model_fn.form == "eager" and note == "the eager form: FlexAttention has no backward on CPU"
+    assert model_fn.form == "flex"
+
+
+def test_a_document_alone_is_one_document_from_position_0():
+    model, seen = TinyLM(), []
+
+    def alone(ids, documents, positions):
+        seen.append((documents, positions))
+        return model(ids, documents, positions)
+
+    ids = torch.arange(5)[None] + 3
+    logits = step_of(model, alone=alone).alone_logits(ids)
+    documents, positions = seen[-1]
+    assert documents.tolist() == [[0] * 5] and positions.tolist() == [[0, 1, 2, 3, 4]]
+    assert torch.equal(logits, model(ids, torch.zeros_like(ids), torch.arange(5)[None]))
+
+
+def test_documents_alone_over_micro_batches_are_numbered_by_their_row_in_the_whole_batch():
+    from tensorcad.runtime.certification.training_step import document_losses
+
+    micro = [read_batch(batch_of([[3, 5], [4, 2, 2]], seed=i)) for i in range(3)]  # 2 rows each
+    losses = document_losses(step_of(TinyLM()), micro)
+    rows = [0, 0, 1, 1, 1] * 3
+    want = [r + 2 * i for i in range(3) for r in rows[:5]]
+    assert list(losses.rows) == want and [p[0] for p in losses.pieces] == want
+    assert [w[0] for w in losses.where] == want
+
+
+def test_an_alone_that_returns_other_shapes_is_refused_in_one_line():
+    model = TinyLM()
+    with pytest.raises(TensorcadError) as caught:
+        from tensorcad.runtime.certification.training_step import document_losses
+
+        document_losses(step_of(model, alone=lambda ids, documents, positions: model(ids, documents, positions)[:, 1:]),
+                        [read_batch(batch_of([[5, 3]]))])
+    assert caught.value.path == "alone"
+    assert str(caught.value) == "alone: outputs shaped (1, 4, 32) for a document of 5 tokens"
+
+
+def test_a_parameter_reached_twice_is_compared_once():
+    model = TinyLM()
+    model_fn = lambda ids, documents, positions: model(ids, documents, positions)  # noqa: E731
+    named = step_of(model_fn, alone=model_fn).named_parameters()  # the same model packed and alone
+    assert [n for n, _ in named] == [n for n, _ in model.named_parameters()]
