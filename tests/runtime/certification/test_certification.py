@@ -147,11 +147,14 @@ def test_a_mask_the_module_does_not_state_fails(tampered):
 def test_each_check_says_what_it_holds_the_design_to():
     from tensorcad.runtime.certification.registry import MODEL_CHECKS
 
-    assert set(CERTIFY) | set(VERIFY) | set(MODEL_CHECKS) == set(REGISTRY)
+    from tensorcad.runtime.certification.registry import OPT_IN
+
+    assert set(CERTIFY) | set(OPT_IN) | set(VERIFY) | set(MODEL_CHECKS) == set(REGISTRY)
     assert set(GOLDENS) <= set(CERTIFY) and not set(GOLDENS) & set(VERIFY)
+    assert not set(OPT_IN) & set(CERTIFY) and set(OPT_IN) <= set(VERIFY)  # asked for by name; verify runs it
     assert all(len(spec.holds) > 20 for spec in REGISTRY.values())
     categories = {spec.category for spec in REGISTRY.values()} - {None}
-    assert categories == {"isolation", "closed_form", "block_counts", "golden", "step"}
+    assert categories == {"isolation", "closed_form", "block_counts", "golden", "step", "export"}
 
 
 def test_rules_names_each_warning_it_passes_with():
