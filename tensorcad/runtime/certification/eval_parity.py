@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from .reductions import Reduction, name_of
 from .step_batch import IGNORE_INDEX, StepBatch
 from .step_loss import LossResult, compared, measured
-from .training_step import DocumentLosses, TrainingStep, targets_at
+from .training_step import DocumentLosses, TrainingStep, targets_at, widened
 
 
 def _pad_id(step: TrainingStep) -> int:
@@ -43,7 +43,7 @@ def unpacked_losses(step: TrainingStep, batch: StepBatch) -> DocumentLosses:
     for i, (row, _, first, end) in enumerate(pieces):
         mine = targets[row, first:end - 1]
         kept = mine != IGNORE_INDEX
-        tokens.append(F.cross_entropy(logits[i, :end - first - 1][kept].float(), mine[kept], reduction="none"))
+        tokens.append(F.cross_entropy(widened(logits[i, :end - first - 1][kept]), mine[kept], reduction="none"))
         where.append((row, targets_at(first, kept)))
     return DocumentLosses(tuple(tokens), tuple(p[0] for p in pieces), tuple(pieces), tuple(where))
 

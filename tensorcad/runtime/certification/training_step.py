@@ -58,9 +58,14 @@ def loss_tolerance(dtype: torch.dtype, magnitude: float, atol: float | None = No
     return (rtol if atol is None else float(atol)) + rtol * abs(magnitude)
 
 
+def widened(logits: torch.Tensor) -> torch.Tensor:
+    """Logits to take a cross-entropy of: float32 at least, float64 kept (its tolerance is float64's)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
 def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
     """Cross-entropy of each output against its target (IGNORE_INDEX: none): the mean, or the sum over N."""
-    flat = logits.reshape(-1, logits.shape[-1]).float()
+    flat = widened(logits.reshape(-1, logits.shape[-1]))
     if num_items_in_batch is None:
         return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX)
     return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum") / num_items_in_batch
@@ -232,7 +237,7 @@ def document_losses(step: TrainingStep, batches: list[StepBatch]) -> DocumentLos
                                               f"{end - first} tokens")
             mine = targets[row, first:end - 1]
             kept = mine != IGNORE_INDEX
-            tokens.append(F.cross_entropy(logits[0, :end - first - 1][kept].float(), mine[kept], reduction="none"))
+            tokens.append(F.cross_entropy(widened(logits[0, :end - first - 1][kept]), mine[kept], reduction="none"))
             rows.append(offset + row)
             pieces.append((offset + row, document, first, end))
             where.append((offset + row, targets_at(first, kept)))
