@@ -118,7 +118,7 @@ def test_a_config_without_weights_is_certified_with_random_weights_and_says_so(t
 def test_documents_certifies_the_imported_design_instead(tmp_path, capsys, monkeypatch):
     import tensorcad.views.answers as answers
 
-    monkeypatch.setattr(answers, "certify_checks", lambda: ("rules",))  # the design path, not its figures
+    monkeypatch.setattr(answers, "certify_checks", lambda export=False: ("rules",))  # the design path, not its figures
     directory = saved(tmp_path, "llama", use_cache=False)
     code, [report], _ = certified(capsys, directory, "--documents", "--positions", "--seq", "64")
     assert code == 0 and [c["name"] for c in report["checks"]] == ["rules"]
