@@ -169,5 +169,8 @@ def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
         if rank == 0:
             with open(out_path, "w") as f:
                 json.dump(results, f)
+        # Every rank done with gloo before any tears it down: a rank that destroyed its group while
+        # another's last collective was in flight died in gloo's threads (SIGABRT, in 1 of 4 runs here under load).
+        dist.barrier()
     finally:
         dist.destroy_process_group()
