@@ -31,7 +31,7 @@ def compared_masks(s: Subject) -> list[tuple[Any, Any]]:
         raise Skipped("every attention keeps every score: there is no mask to count")
     try:
         # The eager form: attend records the same mask_mod in either form, and flex at this one-row
-        # batch would retrace FlexAttention for a second batch size (1 s of certify nano-sort's 5).
+        # batch would retrace FlexAttention for a second batch size (block-counts 0.24 s -> 0.09 s on nano-sort).
         masks = model_masks(s.model("eager").module, s.mask_inputs)
     except TensorcadError as error:
         if error.path != "model":
