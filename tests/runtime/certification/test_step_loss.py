@@ -188,6 +188,14 @@ def test_a_loss_over_the_rows_length_padding_and_all_fails_while_the_forward_cer
     assert not result.passed and result.packed == pytest.approx(packed, abs=1e-6)
     assert "it weighs the documents' targets as no named reduction does: a target of document 0 of row 0 (9 " \
            "targets) weighs 1/38 (`token`: 1/32)" in result.message()
+    # The rest of the step reads the same loss, so it fails with it: every target weighs 1/38 where the
+    # documents alone weigh it 1/32, so the packed gradient is 32/38 of theirs (a gap of 6/38 of its norm).
+    from tensorcad.runtime.certification.step_certificates import certify_step
+
+    rest = certify_step(model, batch, loss=over_the_row, only=("step[gradients]", "eval[parity]")).results
+    gradients, parity = rest["step[gradients]"], rest["eval[parity]"]
+    assert not gradients.passed and f"(relative gap {6 / 38:.3f})" in gradients.message()
+    assert not parity.passed and "weighs 1/38 (`token`: 1/32)" in parity.message()
 
 
 def test_a_callable_reduction_and_bad_input():
