@@ -18,9 +18,10 @@ from hf_setups import alone_gaps, block_diagonal, collated
 
 from tensorcad.guard import packing_path
 
+# Gemma 2 has no sdpa path in transformers 5.24 (it refuses to load with one), nor GPT-2 a flex one:
+# each refusal is a test below, so a transformers that adds the path fails here and gets its case.
 CASES = [("llama", "eager"), ("llama", "sdpa"), ("mistral", "eager"), ("mistral", "sdpa"), ("gpt2", "eager"),
          ("gpt2", "sdpa"), ("gemma2", "eager")]
-# transformers 5.24 refuses flex_attention for GPT-2.
 FLEX = [("llama", "flex_attention"), ("mistral", "flex_attention"), ("gemma2", "flex_attention")]
 
 
@@ -137,3 +138,8 @@ def test_the_recording_leaves_the_interface_as_it_was():
 def test_gpt2_has_no_flex_path_in_this_transformers():
     with pytest.raises(ValueError, match="flex_attention"):
         tiny_model("gpt2", "flex_attention")
+
+
+def test_gemma2_has_no_sdpa_path_in_this_transformers():
+    with pytest.raises(ValueError, match="scaled_dot_product_attention"):
+        tiny_model("gemma2", "sdpa")
