@@ -220,6 +220,17 @@ def test_refusals_name_the_path_and_the_offending_text(text, scope, fragments):
         assert fragment in message, (fragment, message)
 
 
+def test_a_refusal_quotes_at_most_120_characters_of_a_long_expression():
+    # 1,990 characters that fail at their very end: the message quotes their first 117 and "...",
+    # not all of them (and a long dunder name or param, 57 and "...").
+    text = "q >= kv and " + " and ".join(["q > kv"] * 180) + " and"
+    assert len(text) < 2_000
+    message = refusal(text)
+    assert "not a valid expression" in message and repr(text[:117] + "...") in message
+    assert text[117:] not in message and len(message) < 200
+    assert repr("__" + "x" * 55 + "...") in refusal("__" + "x" * 500 + " > 0")
+
+
 @pytest.mark.parametrize("text", [
     "(" * 10_000 + "q" + ")" * 10_000,
     "-" * 10_000 + "q",
