@@ -88,3 +88,13 @@ def test_a_forbidden_import_breaks_its_contract(copy, case):
     assert result.returncode == 1, result.stdout + result.stderr
     assert "Broken contracts" in result.stdout, result.stdout
     assert contract in result.stdout.split("Broken contracts")[-1], result.stdout  # named where it broke
+
+
+MAX_MODULE_LINES = 450  # issue 25: a module past this is two concepts (one crossed it this round, split by hand)
+
+
+def test_no_module_of_the_package_or_the_plugin_is_over_450_lines():
+    modules = sorted([*(ROOT / "tensorcad").rglob("*.py"), *(ROOT / "harness").rglob("*.py")])
+    long = {str(p.relative_to(ROOT)): n for p in modules
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split each by concept): {long}"
