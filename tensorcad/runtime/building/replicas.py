@@ -16,6 +16,7 @@ keeps it), a batch tensorcad draws does not (``tensorcad certify MODEL_DIR`` cap
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any
 
 import torch
@@ -34,18 +35,28 @@ def _period(types: list[str]) -> int:
     return len(types)
 
 
+# A config's lists of one entry a layer. SmolLM3's ``no_rope_layers`` is a cycle of its own (every fourth
+# layer without rope): kept whole like ``layer_types``, and resized with the layers, as transformers reads
+# entry ``i`` for layer ``i`` (a replica longer than the list it copied raised IndexError).
+PER_LAYER = ("layer_types", "no_rope_layers")
+
+
 def _layers(small: Any, config: Any, layers: int) -> int:
-    """The replica's layer count: ``layers``, made a whole ``layer_types`` cycle (or, with no cycle, the first
-    layers holding every type), with the attention layers of a hybrid (``attn_layer_indices``) that fall in it."""
-    types = config.to_dict().get("layer_types")  # a stored list (Mamba-2's and Bamba's derive theirs: read-only)
-    count = layers
-    if isinstance(types, (list, tuple)) and types:
-        period = _period(list(types))
-        if period < len(types):
-            count = -(-layers // period) * period
+    """The replica's layer count: at least ``layers``, a whole cycle of every per-layer list that has one
+    (``PER_LAYER``; with no cycle, the first layers holding each of its values), with the attention layers of
+    a hybrid (``attn_layer_indices``) that fall in it."""
+    stored = config.to_dict()  # stored lists (Mamba-2's and Bamba's derive their layer_types: read-only)
+    lists = {k: list(stored[k]) for k in PER_LAYER if isinstance(stored.get(k), (list, tuple)) and stored[k]}
+    count, cycle = layers, 1
+    for values in lists.values():
+        period = _period(values)
+        if period < len(values):
+            cycle = math.lcm(cycle, period)
         else:
-            count = max(layers, max(list(types).index(t) for t in set(types)) + 1)
-        small.layer_types = [types[i % len(types)] for i in range(count)]
+            count = max(count, max(values.index(v) for v in set(values)) + 1)
+    count = -(-count // cycle) * cycle
+    for key, values in lists.items():
+        setattr(small, key, [values[i % len(values)] for i in range(count)])
     indices = getattr(config, "attn_layer_indices", None)
     if isinstance(indices, (list, tuple)) and indices:
         count = max(count, min(indices) + 2)  # an attention layer and a mixer after it
