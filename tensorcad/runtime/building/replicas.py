@@ -4,7 +4,8 @@ What packing breaks on is the code path, not the size: the same class (so the
 same ``model_type`` and forward), the same attention implementation, the same
 layer types in the same cycle, windows, grouped-query ratio, tied embeddings,
 rope settings and positions convention. What changes: the number of layers (a
-whole number of ``layer_types`` cycles, at least ``layers``), the width
+whole number of cycles of each per-layer list, ``layer_types`` and SmolLM3's
+``no_rope_layers``, at least ``layers``), the width
 (``hidden``, heads of 16 channels, the query-to-key/value head ratio kept), the
 MLP (twice the width), windows (no longer than ``window``, so the user's
 documents are longer than the window and show whether it holds) and dropout
