@@ -18,6 +18,7 @@ from guard_setups import (
     straight_positions,
     tiny_model,
 )
+from hf_families import HYBRID_FAMILIES
 from hf_setups import collated
 
 from tensorcad.guard import check_batch, replica
@@ -123,9 +124,8 @@ FAULTS = {"clean": ("llama", "sdpa", None), "all-ones attention_mask": ("llama",
 # raising (its no_rope_layers list was not resized with the layers).
 PLANTS = {"clean": None, "all-ones attention_mask": all_ones_mask,
           "positions that do not restart": straight_positions, "labels across boundaries": labels_across}
-HYBRIDS = ("mamba2", "bamba", "lfm2")
 FAMILIES = [pytest.param(family, fault, marks=() if family == "smollm3" else pytest.mark.slow)
-            for family in SUPPORTED if family not in ("llama",) + HYBRIDS for fault in PLANTS]
+            for family in SUPPORTED if family not in ("llama", *HYBRID_FAMILIES) for fault in PLANTS]
 
 
 @pytest.mark.parametrize("family, fault", FAMILIES)
