@@ -60,10 +60,13 @@ def _best_fit(pieces: np.ndarray, seq: int) -> np.ndarray:
     past (piece, -1): a bisection, not a scan of every open bin per piece (the
     editor's chart packs eight corpora an edit; bfd took seconds of it).
     """
+    # A piece over half a row fits in no bin an earlier (no shorter) piece opened: each of those opens
+    # its own, and their rooms already rise with the bin. The loop starts after them.
+    opened = int(np.count_nonzero(2 * pieces > seq))
     where = np.empty(len(pieces), dtype=np.int64)
-    rooms: list[tuple[int, int]] = []  # (room left, bin), sorted
-    opened = 0
-    for i, n in enumerate(pieces.tolist()):
+    where[:opened] = np.arange(opened)
+    rooms = [(r, b) for b, r in enumerate((seq - pieces[:opened]).tolist()) if r > 0]  # (room left, bin), sorted
+    for i, n in enumerate(pieces[opened:].tolist(), opened):
         at = bisect.bisect_left(rooms, (n, -1)) if n < seq else len(rooms)
         if at < len(rooms):
             room, b = rooms.pop(at)
@@ -123,8 +126,12 @@ def pack(lengths: np.ndarray, seq: int, strategy: str, buffer: int) -> Bins:
         raise ValueError(f"not a bin-packing strategy: {strategy!r}")
     out_len, out_row, out_doc, out_off = [], [], [], []
     rows = 0
-    for start in range(0, documents, buffer):
-        chosen = np.flatnonzero((owner >= start) & (owner < start + buffer))
+    # ``owner`` never decreases (a document's pieces are adjacent), so a buffer's pieces are one slice of it.
+    edges = np.searchsorted(owner, np.arange(0, documents + buffer, buffer), side="left")
+    for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
+        if lo == hi:
+            continue
+        chosen = np.arange(lo, hi)
         order = chosen[np.argsort(-piece[chosen], kind="stable")]
         where = _place(piece[order], seq, best=strategy != "ffd")
         # Row order: bins as opened; within a row, pieces as placed.

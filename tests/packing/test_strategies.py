@@ -94,6 +94,18 @@ def test_ties_of_room_go_to_the_lowest_row_as_the_brute_force_packer_puts_them(s
     assert ours == brute
 
 
+@pytest.mark.parametrize("strategy", ["bfd", "split"])
+def test_pieces_about_half_a_row_go_where_the_brute_force_packer_puts_them(strategy):
+    # Best fit places every piece over half a row at once (each opens a row); exactly half a row does not.
+    lengths = np.random.default_rng(4).choice([1, 3, 7, 8, 9, 15, 16, 17, 40], 3000)
+    bins = pack(lengths, 16, strategy, 700)
+    brute = brute_pack(lengths.tolist(), 16, strategy, buffer=700)
+    ours = [[] for _ in range(bins.rows)]
+    for r, d, n in zip(bins.row.tolist(), bins.document.tolist(), bins.length.tolist()):
+        ours[r].append((d, n))
+    assert ours == brute
+
+
 @pytest.mark.parametrize("strategy", ["bfd", "ffd"])
 def test_bfd_and_ffd_never_split_a_document_shorter_than_a_row(strategy):
     lengths = lognormal(1024, 3.0, 5000, seed=2)
