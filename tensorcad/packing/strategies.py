@@ -129,8 +129,6 @@ def pack(lengths: np.ndarray, seq: int, strategy: str, buffer: int) -> Bins:
     # ``owner`` never decreases (a document's pieces are adjacent), so a buffer's pieces are one slice of it.
     edges = np.searchsorted(owner, np.arange(0, documents + buffer, buffer), side="left")
     for lo, hi in zip(edges[:-1].tolist(), edges[1:].tolist()):
-        if lo == hi:
-            continue
         chosen = np.arange(lo, hi)
         order = chosen[np.argsort(-piece[chosen], kind="stable")]
         where = _place(piece[order], seq, best=strategy != "ffd")

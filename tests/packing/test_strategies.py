@@ -63,6 +63,14 @@ def brute_pack(lengths, seq, strategy, buffer=BUFFER):
     return rows
 
 
+def rows_of(bins):
+    """``pack``'s rows as ``brute_pack`` writes them: lists of (document, tokens), in row order."""
+    rows = [[] for _ in range(bins.rows)]
+    for r, d, n in zip(bins.row.tolist(), bins.document.tolist(), bins.length.tolist()):
+        rows[r].append((d, n))
+    return rows
+
+
 def figures(rows, seq):
     """(padding, keys a query over real tokens) of packed rows, every token counted."""
     real = sum(n for row in rows for _, n in row)
@@ -76,10 +84,7 @@ def test_pack_makes_the_brute_force_packers_rows(strategy):
     bins = pack(lengths, SEQ, strategy, BUFFER)
     brute = brute_pack(lengths.tolist(), SEQ, strategy)
     assert bins.rows == len(brute)
-    ours = [[] for _ in range(bins.rows)]
-    for r, d, n in zip(bins.row.tolist(), bins.document.tolist(), bins.length.tolist()):
-        ours[r].append((d, n))
-    assert ours == brute  # the same rows, in the same order, pieces in the same order
+    assert rows_of(bins) == brute  # the same rows, in the same order, pieces in the same order
 
 
 @pytest.mark.parametrize("strategy", ["bfd", "ffd", "split"])
@@ -88,10 +93,7 @@ def test_ties_of_room_go_to_the_lowest_row_as_the_brute_force_packer_puts_them(s
     lengths = np.random.default_rng(3).integers(1, 13, 2000)
     bins = pack(lengths, 16, strategy, 500)
     brute = brute_pack(lengths.tolist(), 16, strategy, buffer=500)
-    ours = [[] for _ in range(bins.rows)]
-    for r, d, n in zip(bins.row.tolist(), bins.document.tolist(), bins.length.tolist()):
-        ours[r].append((d, n))
-    assert ours == brute
+    assert rows_of(bins) == brute
 
 
 @pytest.mark.parametrize("strategy", ["bfd", "split"])
@@ -100,10 +102,7 @@ def test_pieces_about_half_a_row_go_where_the_brute_force_packer_puts_them(strat
     lengths = np.random.default_rng(4).choice([1, 3, 7, 8, 9, 15, 16, 17, 40], 3000)
     bins = pack(lengths, 16, strategy, 700)
     brute = brute_pack(lengths.tolist(), 16, strategy, buffer=700)
-    ours = [[] for _ in range(bins.rows)]
-    for r, d, n in zip(bins.row.tolist(), bins.document.tolist(), bins.length.tolist()):
-        ours[r].append((d, n))
-    assert ours == brute
+    assert rows_of(bins) == brute
 
 
 @pytest.mark.parametrize("strategy", ["bfd", "ffd"])
