@@ -19,20 +19,52 @@ from tensorcad.design.block_ranges import BlockRanges
 from .rows import Rows
 
 
+# A table of counts costs one slot a lifted value; it is built while it is no longer than this many
+# slots a (row, block) (and this many besides): documents averaging a few blocks or more.
+TABLE_PER_ENTRY = 4
+TABLE_FREE = 1 << 16
+
+
 def _per_entry(bound: tuple[int | None, ...], head: np.ndarray, unbounded: int) -> np.ndarray:
     values = np.array([unbounded if v is None else v for v in bound], dtype=np.int64)
     return values[head] if len(values) > 1 else np.full(head.shape, values[0])
 
 
-def _row_search(sorted_rows: np.ndarray, row: np.ndarray, value: np.ndarray, side: str) -> np.ndarray:
-    """For each entry, how many of row ``row``'s values come before ``value`` (numpy's sides)."""
-    count, width = sorted_rows.shape
-    # Rows laid end to end, each lifted above the last, make one sorted array.
-    lift = int(sorted_rows.max() - sorted_rows.min()) + 2 if sorted_rows.size else 1
-    base = np.arange(count, dtype=np.int64) * lift
-    flat = (sorted_rows - sorted_rows.min() + base[:, None]).ravel()
-    found = np.searchsorted(flat, value - sorted_rows.min() + base[row], side=side)
-    return np.clip(found - row * width, 0, width)
+def _per_head(bound: tuple[int | None, ...], unbounded: int) -> np.ndarray:
+    """The bound of each head, as a column (one row when every head has the same)."""
+    return np.array([unbounded if v is None else v for v in bound], dtype=np.int64)[:, None]
+
+
+def _searcher(first: np.ndarray, last: np.ndarray, row: np.ndarray):
+    """``search(rows, value, side)``: for each entry, how many of row ``row``'s values come before ``value``.
+
+    ``first`` and ``last`` (rows, blocks) never fall along a row. Rows laid end to end,
+    each lifted above the last, make one sorted array of integers; a value lifted with
+    its row's lift is counted among its own row's values only, since every value
+    searched lies in the range the lift clears. Where the lifted range is not much
+    longer than the rows (documents of a few blocks or more), the counts below each
+    integer are tabulated once (a cumulative histogram) and read, a lookup an entry;
+    otherwise each entry is a binary search.
+    """
+    count, width = first.shape
+    low = int(min(first.min(), last.min())) if first.size else 0
+    lift = int(max(first.max(), last.max())) - low + 2 if first.size else 1
+    base = np.arange(count, dtype=np.int64)[:, None] * lift - low
+    flat = {"first": (first + base).ravel(), "last": (last + base).ravel()}
+    shift, skipped = base[row, 0], row * width
+    span = count * lift
+    if span <= TABLE_PER_ENTRY * first.size + TABLE_FREE:
+        below = {name: np.concatenate([[0], np.cumsum(np.bincount(values, minlength=span))])
+                 for name, values in flat.items()}  # below[x]: how many values are under x
+
+        def search(rows: str, value: np.ndarray, side: str) -> np.ndarray:
+            found = below[rows][value + shift + (side == "right")]
+            return np.clip(found - skipped, 0, width)
+    else:
+        def search(rows: str, value: np.ndarray, side: str) -> np.ndarray:
+            return np.clip(np.searchsorted(flat[rows], value + shift, side=side) - skipped, 0, width)
+
+    return search
 
 
 def decide_from_ranges(ranges: BlockRanges, batch: Rows, row: np.ndarray, head: np.ndarray,
@@ -41,25 +73,33 @@ def decide_from_ranges(ranges: BlockRanges, batch: Rows, row: np.ndarray, head: 
     blocks = -(-seq // block)
     kv_lo = np.arange(blocks, dtype=np.int64) * block
     kv_hi = np.minimum(kv_lo + block, seq) - 1
-    q_lo = qb.astype(np.int64) * block
-    q_hi = np.minimum(q_lo + block, seq) - 1
-    behind = _per_entry(ranges.behind, head, 2 * seq)  # -ahead <= q - kv <= behind
-    ahead = _per_entry(ranges.ahead, head, 2 * seq)
+    # The distance bounds depend on the head and the query block alone: searched once a
+    # (head, query block) and looked up for each entry, not searched an entry at a time.
+    q_lo, q_hi = kv_lo[None, :], kv_hi[None, :]
+    behind = _per_head(ranges.behind, 2 * seq)  # -ahead <= q - kv <= behind
+    ahead = _per_head(ranges.ahead, 2 * seq)
+    heads = max(len(behind), len(ahead))
+    at = (head * blocks if heads > 1 else 0) + qb
+
+    def lookup(table: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(table, (heads, blocks)).ravel()[at]
+
     # Some distance of the tile is kept: kv_lo <= q_hi + ahead and kv_hi >= q_lo - behind.
-    some_lo = np.searchsorted(kv_hi, q_lo - behind, side="left")
-    some_hi = np.searchsorted(kv_lo, q_hi + ahead, side="right")  # one past the last
+    some_lo = lookup(np.searchsorted(kv_hi, q_lo - behind, side="left"))
+    some_hi = lookup(np.searchsorted(kv_lo, q_hi + ahead, side="right"))  # one past the last
     # Every distance is: kv_lo >= q_hi - behind and kv_hi <= q_lo + ahead.
-    every_lo = np.searchsorted(kv_lo, q_hi - behind, side="left")
-    every_hi = np.searchsorted(kv_hi, q_lo + ahead, side="right")
+    every_lo = lookup(np.searchsorted(kv_lo, q_hi - behind, side="left"))
+    every_hi = lookup(np.searchsorted(kv_hi, q_lo + ahead, side="right"))
     if ranges.documents is not None:
         first, last = batch.over_blocks("documents", block)  # (rows, blocks), never falling
         f, l = first[row, qb], last[row, qb]
+        search = _searcher(first, last, row)
         # Key blocks sharing a document with the query block: last_j >= f and first_j <= l.
-        some_lo = np.maximum(some_lo, _row_search(last, row, f, "left"))
-        some_hi = np.minimum(some_hi, _row_search(first, row, l, "right"))
+        some_lo = np.maximum(some_lo, search("last", f, "left"))
+        some_hi = np.minimum(some_hi, search("first", l, "right"))
         # Key blocks wholly in the query block's one document d: first_j >= d and last_j <= d.
-        every_lo = np.maximum(every_lo, _row_search(first, row, f, "left"))
-        every_hi = np.where(f == l, np.minimum(every_hi, _row_search(last, row, f, "right")), 0)
+        every_lo = np.maximum(every_lo, search("first", f, "left"))
+        every_hi = np.where(f == l, np.minimum(every_hi, search("last", f, "right")), 0)
     some = np.maximum(some_hi - some_lo, 0)
     full = np.minimum(np.maximum(every_hi - every_lo, 0), some)
     return full.astype(np.int64), (some - full).astype(np.int64)

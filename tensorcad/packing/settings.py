@@ -19,6 +19,7 @@ import numpy as np
 from tensorcad.errors import TensorcadError, check_integer
 
 from .corpus.histogram import Lengths, load_lengths
+from .whole_quantiles import whole_quantiles
 
 MAX_MEAN = 2**24
 MAX_SPREAD = 10.0
@@ -171,23 +172,24 @@ def document_lengths(mean: float, spread: float, count: int, seed: int = 0) -> n
     Quantile ``(i + 0.5) / count`` for stratum ``i``, rounded to the nearest
     integer (halves up) and at least 1: a document holds whole tokens.
     Stratifying rather than drawing i.i.d. is what keeps the long documents,
-    which dominate the keys a query keeps, from being the noise.
+    which dominate the keys a query keeps, from being the noise. The quantile
+    is evaluated where the rounded lengths change (``whole_quantiles``), with
+    the same lengths as at every stratum.
     """
     mean = check_mean(mean, "mean")
     spread = check_spread(spread, "spread")
     count = check_integer(count, "count", 1, 2**31)
     seed = check_integer(seed, "seed", 0, 2**63 - 1)
-    if spread == 0:
-        lengths = np.full(count, mean)
-    else:
+    if spread != 0:
         shape = 1.0 / spread**2
         scale = mean * spread**2
         # Imported here, not at load: scipy.special alone takes longer than `tensorcad --help`.
         from scipy.special import gammaincinv
 
         strata = (np.arange(count, dtype=np.float64) + 0.5) / count
-        lengths = gammaincinv(shape, strata) * scale
-    whole = np.maximum(np.floor(lengths + 0.5), 1).astype(np.int64)
+        whole = whole_quantiles(lambda p: gammaincinv(shape, p) * scale, strata).astype(np.int64)
+    else:
+        whole = np.maximum(np.floor(np.full(count, mean) + 0.5), 1).astype(np.int64)
     np.random.default_rng(seed).shuffle(whole)
     return whole
 

@@ -49,9 +49,17 @@ def hand_made(seq: int) -> np.ndarray:
                      np.cumsum(rng.random(seq) < 0.02), np.cumsum(rng.random(seq) < 0.3)])
 
 
+@pytest.mark.parametrize("counted", ["tabulated", "searched"])
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 @pytest.mark.parametrize("seq", [1, 127, 1000, 2048])
-def test_ranges_and_intervals_agree(name, seq):
+def test_ranges_and_intervals_agree(name, seq, counted, monkeypatch):
+    # The key blocks of a row's documents are counted from a table or by binary search (by the
+    # table's size): both ways, every verdict.
+    from tensorcad.analysis import range_tiles
+
+    if counted == "searched":
+        monkeypatch.setattr(range_tiles, "TABLE_PER_ENTRY", 0)
+        monkeypatch.setattr(range_tiles, "TABLE_FREE", 0)
     a = attention(name)
     ranges = block_ranges(a)
     assert ranges is not None
