@@ -59,24 +59,53 @@ def _best_fit(pieces: np.ndarray, seq: int) -> np.ndarray:
     The open bins are kept sorted by (room, bin), so that bin is the first at or
     past (piece, -1): a bisection, not a scan of every open bin per piece (the
     editor's chart packs eight corpora an edit; bfd took seconds of it).
+
+    Two shortcuts, each placing pieces where the one-piece-at-a-time loop would:
+    - A piece over half a row fits in no bin an earlier (no shorter) piece
+      opened: each opens its own, and their rooms already rise with the bin.
+    - A run of k equal pieces n fills bins in turn: the bin found takes
+      ``room // n`` of them, because after each its room less n is still the
+      least room that fits n (no room lay between it and the room it had) and
+      no other bin ties it (a bin of the same room has a higher index). What
+      it leaves below n sorts before every room that fits n, so the next bin is
+      the next one along. A corpus of mean 64 has runs of about 7 in a buffer
+      of 1,000. A zero-length piece goes to the bin of least room, as all
+      after it do, since placing it changes no room.
     """
-    # A piece over half a row fits in no bin an earlier (no shorter) piece opened: each of those opens
-    # its own, and their rooms already rise with the bin. The loop starts after them.
     opened = int(np.count_nonzero(2 * pieces > seq))
-    where = np.empty(len(pieces), dtype=np.int64)
-    where[:opened] = np.arange(opened)
     rooms = [(r, b) for b, r in enumerate((seq - pieces[:opened]).tolist()) if r > 0]  # (room left, bin), sorted
-    for i, n in enumerate(pieces[opened:].tolist(), opened):
-        at = bisect.bisect_left(rooms, (n, -1)) if n < seq else len(rooms)
-        if at < len(rooms):
-            room, b = rooms.pop(at)
-        else:
-            room, b = seq, opened
-            opened += 1
-        if room > n:  # a full bin takes nothing more
-            bisect.insort(rooms, (room - n, b))
-        where[i] = b
-    return where
+    rest = pieces[opened:]
+    starts = np.flatnonzero(np.concatenate([[True], rest[1:] != rest[:-1]])) if len(rest) else rest
+    runs = np.diff(np.append(starts, len(rest))).tolist()
+    where = list(range(opened))  # each piece's bin
+    bisect_left, insort = bisect.bisect_left, bisect.insort
+    for n, left in zip(rest[starts].tolist(), runs):
+        if n == 0:
+            if not rooms:
+                rooms.append((seq, opened))
+                opened += 1
+            where += [rooms[0][1]] * left
+            continue
+        at = bisect_left(rooms, (n, -1))
+        while left:
+            if at < len(rooms):
+                room, b = rooms.pop(at)
+            else:
+                room, b = seq, opened
+                opened += 1
+            if left == 1:  # most runs, past the shortest documents
+                where.append(b)
+                room -= n
+                left = 0
+            else:
+                take = min(room // n, left)
+                where += [b] * take
+                left -= take
+                room -= take * n
+            if room:
+                insort(rooms, (room, b))
+                at += room < n  # it went in before the rooms that still fit n
+    return np.array(where, dtype=np.int64)
 
 
 def _first_fit(pieces: np.ndarray, seq: int) -> np.ndarray:

@@ -105,6 +105,18 @@ def test_pieces_about_half_a_row_go_where_the_brute_force_packer_puts_them(strat
     assert rows_of(bins) == brute
 
 
+@pytest.mark.parametrize("seq", [16, 60, 1024])
+@pytest.mark.parametrize("strategy", ["bfd", "split"])
+def test_runs_of_equal_pieces_go_where_the_brute_force_packer_puts_them(strategy, seq):
+    # Best fit places a run of equal pieces a bin at a time (as many as its room holds): runs that fill a
+    # room exactly, leave a room that still fits the next run, and spill into bins opened for them.
+    rng = np.random.default_rng(seq)
+    short = np.arange(1, seq // 2 + 1)
+    lengths = rng.choice(short, 4000, p=np.exp(-short / (seq / 8)) / np.exp(-short / (seq / 8)).sum())
+    bins = pack(lengths, seq, strategy, 900)
+    assert rows_of(bins) == brute_pack(lengths.tolist(), seq, strategy, buffer=900)
+
+
 @pytest.mark.parametrize("strategy", ["bfd", "ffd"])
 def test_bfd_and_ffd_never_split_a_document_shorter_than_a_row(strategy):
     lengths = lognormal(1024, 3.0, 5000, seed=2)
