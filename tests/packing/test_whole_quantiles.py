@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
+from hypothesis_profiles import scaled
 from scipy.special import gammaincinv
 
 from tensorcad.packing import document_lengths
@@ -27,7 +28,7 @@ def test_the_same_lengths_as_every_stratum_evaluated(mean, spread, count):
     assert np.array_equal(document_lengths(mean, spread, count, seed=7), every_stratum(mean, spread, count, seed=7))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=scaled(60), deadline=None)
 @given(mean=st.floats(0.5, 2e4), spread=st.floats(1e-3, 4.0), count=st.integers(8000, 300_000))
 def test_the_same_lengths_anywhere_between(mean, spread, count):
     assert np.array_equal(document_lengths(mean, spread, count), every_stratum(mean, spread, count))
