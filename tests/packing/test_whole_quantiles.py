@@ -68,3 +68,19 @@ def test_a_nan_gap_is_evaluated_stratum_by_stratum():
     strata = (np.arange(20_000) + 0.5) / 20_000
     expected = np.maximum(np.floor(quantile(strata) + 0.5), 1)
     assert np.array_equal(whole_quantiles(quantile, strata), expected, equal_nan=True)
+
+
+def test_refining_is_left_to_where_neighbouring_strata_rise_past_the_solvers_error():
+    from tensorcad.packing.settings import rises_past_its_error
+
+    assert rises_past_its_error(0.5, 131_072) and rises_past_its_error(1e-4, 1_000_000)
+    assert not rises_past_its_error(1e-4, 2_000_000) and not rises_past_its_error(0.01, 2**31)
+    asked = []
+
+    def quantile(p):
+        asked.append(len(p))
+        return np.floor(p * 10)
+
+    strata = (np.arange(20_000) + 0.5) / 20_000
+    assert np.array_equal(whole_quantiles(quantile, strata, refine=False), whole_quantiles(quantile, strata))
+    assert asked[0] == 20_000 and sum(asked[1:]) < 20_000 / 4
