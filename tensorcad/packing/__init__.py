@@ -2,7 +2,8 @@
 
 - ``settings``: ``Packing`` (the length distribution, gamma or a corpus's
   ``Lengths``, and the strategy) and ``packing_of``, which every surface reads
-  settings with;
+  settings with; its gamma lengths are evaluated where they step
+  (``whole_quantiles``);
 - ``drawing``: ``draw`` and ``draw_boundaries``, the one place packed rows are
   drawn (the engine's sampler, the runtime's made-up packing and the test
   harness all call it), over the ``stream`` (a circular stream cut into rows)
