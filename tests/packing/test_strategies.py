@@ -96,9 +96,9 @@ def test_ties_of_room_go_to_the_lowest_row_as_the_brute_force_packer_puts_them(s
     assert rows_of(bins) == brute
 
 
-@pytest.mark.parametrize("strategy", ["bfd", "split"])
+@pytest.mark.parametrize("strategy", ["bfd", "ffd", "split"])
 def test_pieces_about_half_a_row_go_where_the_brute_force_packer_puts_them(strategy):
-    # Best fit places every piece over half a row at once (each opens a row); exactly half a row does not.
+    # Best and first fit place every piece over half a row at once (each opens a row); exactly half does not.
     lengths = np.random.default_rng(4).choice([1, 3, 7, 8, 9, 15, 16, 17, 40], 3000)
     bins = pack(lengths, 16, strategy, 700)
     brute = brute_pack(lengths.tolist(), 16, strategy, buffer=700)
@@ -106,10 +106,10 @@ def test_pieces_about_half_a_row_go_where_the_brute_force_packer_puts_them(strat
 
 
 @pytest.mark.parametrize("seq", [16, 60, 1024])
-@pytest.mark.parametrize("strategy", ["bfd", "split"])
+@pytest.mark.parametrize("strategy", ["bfd", "ffd", "split"])
 def test_runs_of_equal_pieces_go_where_the_brute_force_packer_puts_them(strategy, seq):
-    # Best fit places a run of equal pieces a bin at a time (as many as its room holds): runs that fill a
-    # room exactly, leave a room that still fits the next run, and spill into bins opened for them.
+    # Best and first fit place a run of equal pieces a bin at a time (as many as its room holds): runs that
+    # fill a room exactly, leave a room that still fits the next run, and spill into bins opened for them.
     rng = np.random.default_rng(seq)
     short = np.arange(1, seq // 2 + 1)
     lengths = rng.choice(short, 4000, p=np.exp(-short / (seq / 8)) / np.exp(-short / (seq / 8)).sum())
