@@ -25,14 +25,14 @@ TABLE_PER_ENTRY = 4
 TABLE_FREE = 1 << 16
 
 
-def _per_entry(bound: tuple[int | None, ...], head: np.ndarray, unbounded: int) -> np.ndarray:
-    values = np.array([unbounded if v is None else v for v in bound], dtype=np.int64)
-    return values[head] if len(values) > 1 else np.full(head.shape, values[0])
-
-
 def _per_head(bound: tuple[int | None, ...], unbounded: int) -> np.ndarray:
     """The bound of each head, as a column (one row when every head has the same)."""
     return np.array([unbounded if v is None else v for v in bound], dtype=np.int64)[:, None]
+
+
+def _per_entry(bound: tuple[int | None, ...], head: np.ndarray, unbounded: int) -> np.ndarray:
+    values = _per_head(bound, unbounded)[:, 0]
+    return values[head] if len(values) > 1 else np.full(head.shape, values[0])
 
 
 def _searcher(first: np.ndarray, last: np.ndarray, row: np.ndarray):

@@ -53,6 +53,14 @@ def _place(pieces: np.ndarray, seq: int, best: bool) -> np.ndarray:
     return _best_fit(pieces, seq) if best else _first_fit(pieces, seq)
 
 
+def _runs(pieces: np.ndarray) -> list[tuple[int, int]]:
+    """(length, how many) of each run of equal pieces, in order."""
+    if not len(pieces):
+        return []
+    starts = np.flatnonzero(np.concatenate([[True], pieces[1:] != pieces[:-1]]))
+    return list(zip(pieces[starts].tolist(), np.diff(np.append(starts, len(pieces))).tolist()))
+
+
 def _best_fit(pieces: np.ndarray, seq: int) -> np.ndarray:
     """Each piece into the open bin it leaves least room in, the lowest such bin on a tie.
 
@@ -74,12 +82,9 @@ def _best_fit(pieces: np.ndarray, seq: int) -> np.ndarray:
     """
     opened = int(np.count_nonzero(2 * pieces > seq))
     rooms = [(r, b) for b, r in enumerate((seq - pieces[:opened]).tolist()) if r > 0]  # (room left, bin), sorted
-    rest = pieces[opened:]
-    starts = np.flatnonzero(np.concatenate([[True], rest[1:] != rest[:-1]])) if len(rest) else rest
-    runs = np.diff(np.append(starts, len(rest))).tolist()
     where = list(range(opened))  # each piece's bin
     bisect_left, insort = bisect.bisect_left, bisect.insort
-    for n, left in zip(rest[starts].tolist(), runs):
+    for n, left in _runs(pieces[opened:]):
         if n == 0:
             if not rooms:
                 rooms.append((seq, opened))
@@ -119,11 +124,8 @@ def _first_fit(pieces: np.ndarray, seq: int) -> np.ndarray:
     opened = int(np.count_nonzero(2 * pieces > seq))
     remaining = np.empty(len(pieces), dtype=np.int64)
     remaining[:opened] = seq - pieces[:opened]
-    rest = pieces[opened:]
-    starts = np.flatnonzero(np.concatenate([[True], rest[1:] != rest[:-1]])) if len(rest) else rest
-    runs = np.diff(np.append(starts, len(rest))).tolist()
     where = list(range(opened))  # each piece's bin
-    for n, left in zip(rest[starts].tolist(), runs):
+    for n, left in _runs(pieces[opened:]):
         past = 0  # every bin before this one is below n
         while left:
             fits = remaining[past:opened] >= n
