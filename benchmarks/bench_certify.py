@@ -32,7 +32,7 @@ def test_certify_llama_3_8b_documents(benchmark, tmp_path):
     design = tensorcad.load(DESIGN)
     settings = Settings(seq=SEQ, params=PARAMS)
     op = operating_point(settings, design)
-    from tensorcad.runtime.certification.goldens import file_name, golden_name
+    from tensorcad.runtime.certification.design.goldens import file_name, golden_name
 
     for kind, ext in KINDS.items():  # goldens as --snapshot-update would write them
         at = op if kind != "codegen" else None

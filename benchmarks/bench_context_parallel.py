@@ -18,7 +18,7 @@ import time
 import pytest
 
 from tensorcad.analysis import attention, blocks, report
-from tensorcad.analysis.context_parallel import ContextParallel
+from tensorcad.analysis.context_parallel.ranks import ContextParallel
 from tensorcad.analysis.operating_point import OperatingPoint
 from tensorcad.analysis.rows import packed_rows
 from tensorcad.design import load

@@ -3,7 +3,7 @@
 Each raises ``AssertionError`` with a message that says what disagreed and by
 how much. The work is done by the runtime that owns it: the three certificates
 (isolated, faithful, gradients isolated) by ``harness.certificates`` over
-``tensorcad.runtime.certification.isolation``, ``.boundaries``, ``.faithful`` and ``.gradients``, block-mask agreement by the registry's
+``tensorcad.runtime.certification.forward.isolation``, ``.boundaries``, ``.faithful`` and ``.gradients``, block-mask agreement by the registry's
 ``block_agreements``, keys per query by ``runtime.closed_form_check``; this
 module words the failure. torch is imported only when
 an isolation or block-count check runs.

@@ -7,7 +7,7 @@ that says what moved, where and by how much, with the result attached as
 the helpers hide their own frames (``__tracebackhide__``), so a failure shows
 the test's line and the message, not the harness's source.
 
-The work is the runtime's (``tensorcad.runtime.certification.isolation``, ``.boundaries``,
+The work is the runtime's (``tensorcad.runtime.certification.forward.isolation``, ``.boundaries``,
 ``.faithful``, ``.gradients``); this module takes the batch in the forms a test
 has it, adapts a Hugging Face model (``harness.adapters``), and words the failure.
 """

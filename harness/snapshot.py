@@ -1,7 +1,7 @@
 """Goldens under syrupy: the extension writing each golden to `snapshots/<kind>/<design>.<ext>`.
 
 What a golden holds, its text and its file name are the runtime's
-(`tensorcad.runtime.certification.goldens`); this module only lets syrupy compare and, with
+(`tensorcad.runtime.certification.design.goldens`); this module only lets syrupy compare and, with
 `pytest --snapshot-update`, rewrite them.
 """
 

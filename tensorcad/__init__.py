@@ -19,7 +19,7 @@ _LAZY = {
     "Report": "tensorcad.analysis.report:Report",
     "OperatingPoint": "tensorcad.analysis.operating_point:OperatingPoint",
     "Packing": "tensorcad.packing:Packing",
-    "ContextParallel": "tensorcad.analysis.context_parallel:ContextParallel",
+    "ContextParallel": "tensorcad.analysis.context_parallel.ranks:ContextParallel",
     "Lengths": "tensorcad.packing:Lengths",
     "load_lengths": "tensorcad.packing:load_lengths",
     "check": "tensorcad.rules:check",

@@ -7,12 +7,15 @@ that ``import tensorcad``, ``import tensorcad.runtime`` and the pytest plugin
 (which pytest loads in every project that installs tensorcad) stay quick and
 never import torch before a name that needs it is used.
 
-``MOVED`` lists the modules that moved when the house was laid out in packages
-(0.13: packing, the command line, the runtime's three rooms), old path to new.
-``keep_moved_paths`` lets ``import tensorcad.runtime.isolation`` and its
-like still work, giving the very module object of the new path, so code and
-documentation written against 0.12 keep running; nothing in this repository
-imports an old path (``tests/test_public_api.py`` holds both).
+``MOVED`` lists the modules that moved, old path to new: when the house was
+laid out in packages (packing, the command line, the runtime's three rooms),
+and when certification, context parallelism and the hybrid families became
+rooms of their own (``ROOMS``). ``keep_moved_paths`` lets
+``import tensorcad.runtime.isolation`` and its like still work for one release,
+giving the very module object of the new path with a ``DeprecationWarning``
+naming that path, so code and documentation written against an older release
+keep running; nothing in this repository imports an old path
+(``tests/test_public_api.py`` holds both).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import importlib
 import importlib.abc
 import importlib.util
 import sys
+import warnings
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -58,7 +62,36 @@ _RUNTIME_MOVES = {
                       "positions_probe"),
 }
 
-MOVED: dict[str, str] = {
+_CERTIFICATION = "tensorcad.runtime.certification"
+
+# The rooms of certification, context parallelism and the hybrid families (issue 41): a folder each,
+# named for what it certifies or computes, the prefix its files shared dropped.
+ROOMS: dict[str, str] = {
+    **{f"{_CERTIFICATION}.{old}": f"{_CERTIFICATION}.forward.{new}" for old, new in (
+        ("isolation", "isolation"), ("group_testing", "group_testing"), ("boundaries", "boundaries"),
+        ("grouped_boundaries", "grouped_boundaries"), ("faithful", "faithful"),
+        ("batched_faithful", "batched_faithful"), ("gradients", "gradients"),
+        ("weighted_gradients", "weighted_gradients"), ("model_calls", "calls"))},
+    **{f"{_CERTIFICATION}.{old}": f"{_CERTIFICATION}.step.{new}" for old, new in (
+        ("step_batch", "batch"), ("step_labels", "labels"), ("step_loss", "loss"), ("loss_weights", "loss_weights"),
+        ("step_gradients", "gradients"), ("accumulation", "accumulation"), ("eval_parity", "eval_parity"),
+        ("training_step", "loop"), ("reductions", "reductions"), ("next_token", "next_token"),
+        ("step_certificates", "certificates"))},
+    **{f"{_CERTIFICATION}.{old}": f"{_CERTIFICATION}.{new}" for old, new in (
+        ("model_subject", "subjects.model"), ("pretrained", "subjects.pretrained"),
+        ("cp_plan", "parallel.plan"), ("cp_certificate", "parallel.certificate"), ("cp_faithful", "parallel.faithful"),
+        ("closed_form_check", "design.closed_form"), ("mask_checks", "design.masks"), ("goldens", "design.goldens"),
+        ("verify_checks", "design.checks"), ("positions_probe", "design.positions_probe"))},
+    # tensorcad.analysis.context_parallel is the package's face now, exporting what the module held
+    "tensorcad.analysis.context_parallel_documents": "tensorcad.analysis.context_parallel.documents",
+    "tensorcad.analysis.context_parallel_pytorch": "tensorcad.analysis.context_parallel.pytorch",
+    "tensorcad.analysis.context_parallel_report": "tensorcad.analysis.context_parallel.report",
+    "tensorcad.hf.hybrid_families": "tensorcad.hf.hybrid.families",
+    "tensorcad.hf.hybrid_packing": "tensorcad.hf.hybrid.packing",
+    "tensorcad.hf.hybrid_weights": "tensorcad.hf.hybrid.weights",
+}
+
+_EARLIER: dict[str, str] = {
     "tensorcad.packers": "tensorcad.packing.strategies",
     "tensorcad.packing_forms": "tensorcad.packing.forms",
     "tensorcad.closed_form": "tensorcad.packing.closed_form",
@@ -81,6 +114,14 @@ MOVED: dict[str, str] = {
        for room, modules in _RUNTIME_MOVES.items() for module in modules},
 }
 
+# Every old path, to where its module is now (an earlier move followed through the rooms').
+MOVED: dict[str, str] = {**{old: ROOMS.get(new, new) for old, new in _EARLIER.items()}, **ROOMS}
+
+
+def moved_message(old: str) -> str:
+    """What importing an old path says: where the module is now."""
+    return f"{old} has moved to {MOVED[old]}: import it from there (the old path is kept for one release)"
+
 
 class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old path of ``MOVED`` and answers it with the module at its new path."""
@@ -94,6 +135,7 @@ class _Moved(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self, is_package=fullname == "tensorcad.corpus")
 
     def create_module(self, spec):
+        warnings.warn(moved_message(spec.name), DeprecationWarning, stacklevel=2)
         module = importlib.import_module(MOVED[spec.name])
         self._specs[spec.name] = module.__spec__
         return module

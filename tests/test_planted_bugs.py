@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 # name -> (module, the line as it is, the line planted, the test that must fail)
 PLANTS = {
     "isolation tolerates 1e-3": (
-        "tensorcad/runtime/certification/isolation.py",
+        "tensorcad/runtime/certification/forward/isolation.py",
         "moved = (out != base_flat).any(dim=-1).cpu()",
         "moved = ((out - base_flat).abs() > 1e-3).any(dim=-1).cpu()",
-        "tests/runtime/certification/test_isolation.py::test_a_leak_of_1e_7_is_caught_bitwise",
+        "tests/runtime/certification/forward/test_isolation.py::test_a_leak_of_1e_7_is_caught_bitwise",
     ),
     "generated mask drops q >= kv": (
         "tensorcad/codegen/masks.py",

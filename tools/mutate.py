@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-_STEP, _STEP_TESTS = "tensorcad/runtime/certification/", "tests/runtime/certification/"
+_STEP, _STEP_TESTS = "tensorcad/runtime/certification/step/", "tests/runtime/certification/step/"
 _SMALL_LLAMA = "tests/hf/test_step_hf.py::test_a_small_llama_its_own_loss_alone_and_padded"
 
 # module -> (its source files, its own test files). Fast tests only: mutmut reruns them per mutant.
@@ -52,7 +52,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                   "test_counts_and_tiles_equal_create_block_mask_on_drawn_rows",
                   "test_kept_is_counted_exactly", "test_rows_must_hold_documents_in_order",
                   "test_one_document_a_row_is_decided_once_a_head")]),
-    "isolation": (["tensorcad/runtime/certification/isolation.py"], ["tests/runtime/certification/test_isolation.py"]),
+    "isolation": (["tensorcad/runtime/certification/forward/isolation.py"], ["tests/runtime/certification/forward/test_isolation.py"]),
     "attention": (["tensorcad/analysis/attention.py"],
                   ["tests/analysis/test_attention.py", "tests/analysis/test_attention_bands.py"]),
     # the goldens hold the generated text (names, comments, the ranges line) of every preset
@@ -69,18 +69,18 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # Face paths by one small Llama (a 1-layer, 16-wide model: a second, not the 10 of test_step_hf's others)
     **{name: ([f"{_STEP}{source}" for source in sources], [f"{_STEP_TESTS}{t}" for t in tests] + extra)
        for name, sources, tests, extra in (
-           ("step_batch", ["step_batch.py"], ["test_step_batch.py", "test_step_labels.py"], []),
-           ("step_labels", ["step_labels.py"], ["test_step_labels.py"], []),
+           ("step_batch", ["batch.py"], ["test_step_batch.py", "test_step_labels.py"], []),
+           ("step_labels", ["labels.py"], ["test_step_labels.py"], []),
            ("reductions", ["reductions.py"], ["test_reductions.py", "test_step_loss.py"], []),
-           ("training_step", ["training_step.py"], ["test_training_step.py", "test_step_loss.py",
+           ("training_step", ["loop.py"], ["test_training_step.py", "test_step_loss.py",
                                                     "test_step_gradients.py", "test_eval_parity.py",
                                                     "test_accumulation.py"], [_SMALL_LLAMA]),
-           ("step_loss", ["step_loss.py", "loss_weights.py"], ["test_step_loss.py", "test_loss_weights.py",
+           ("step_loss", ["loss.py", "loss_weights.py"], ["test_step_loss.py", "test_loss_weights.py",
                                                              "test_eval_parity.py"], []),
-           ("step_gradients", ["step_gradients.py"], ["test_step_gradients.py", "test_accumulation.py"], []),
+           ("step_gradients", ["gradients.py"], ["test_step_gradients.py", "test_accumulation.py"], []),
            ("accumulation", ["accumulation.py"], ["test_accumulation.py"], []),
            ("eval_parity", ["eval_parity.py"], ["test_eval_parity.py"], []),
-           ("step_certificates", ["step_certificates.py", "next_token.py"], ["test_step_certificates.py"],
+           ("step_certificates", ["certificates.py", "next_token.py"], ["test_step_certificates.py"],
             ["tests/hf/test_step_hf.py::test_a_hugging_face_model_behind_the_adapter_keeps_its_own_loss"]),
        )},
 }

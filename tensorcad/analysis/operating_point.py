@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from ..design.masks import BLOCK
 from ..errors import TensorcadError, shown
 from ..packing import Packing
-from .context_parallel import ContextParallel
+from .context_parallel.ranks import ContextParallel
 
 MAX_SEQ = 1 << 24
 # The analysis budget (docs/security.md): a packed operating point draws a

@@ -28,7 +28,7 @@ from tensorcad.packing.corpus.histogram import QUANTILES, Lengths
 from ..errors import TensorcadError, join
 from ..json_schema import check
 from ..packing import STRATEGIES, Packing, packing_of
-from .context_parallel import DEFAULT_SHARD, SHARDINGS, ContextParallel
+from .context_parallel.ranks import DEFAULT_SHARD, SHARDINGS, ContextParallel
 from .operating_point import BYTES, COUNTS, DEFAULTS, HARDWARE, OperatingPoint, check_budget
 
 DIRECTIONS = ("input", "report")

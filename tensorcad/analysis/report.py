@@ -19,7 +19,7 @@ from ..errors import TensorcadError, as_text
 from ..packing import Packing
 from .attention import ROWS, keys_per_query
 from .blocks import block_counts
-from .context_parallel_report import ContextParallelReport, context_parallel_report
+from .context_parallel.report import ContextParallelReport, context_parallel_report
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
 from .layers import LayerFlops, layer_flops
 from .mixers import mixing_flops

@@ -54,7 +54,7 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tokens", type=real, help="training tokens (default: Chinchilla's 20 per parameter)")
     g.add_argument("--train-dtype", default=DEFAULTS["train_dtype"], help=f"training dtype (default {DEFAULTS['train_dtype']})")
     g.add_argument("--serve-dtype", default=DEFAULTS["serve_dtype"], help=f"serving dtype (default {DEFAULTS['serve_dtype']})")
-    from tensorcad.analysis.context_parallel import DEFAULT_SHARD, SHARDINGS
+    from tensorcad.analysis.context_parallel.ranks import DEFAULT_SHARD, SHARDINGS
 
     g.add_argument("--cp", type=integer, metavar="N",
                    help="context parallelism: N ranks split each training row (default: off)")
@@ -63,7 +63,7 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
 
 
 def cp_option(args: argparse.Namespace):
-    from tensorcad.analysis.context_parallel import DEFAULT_SHARD, ContextParallel
+    from tensorcad.analysis.context_parallel.ranks import DEFAULT_SHARD, ContextParallel
 
     if getattr(args, "cp", None) is None:
         if getattr(args, "cp_shard", None) is not None:

@@ -195,7 +195,7 @@ def certify(args: argparse.Namespace) -> int:
         console.print(_checks_table(title, [(c.name, c.status, f"{c.seconds:.1f}", c.message) for c in checks]))
         _print_failures(console, checks)
         if model and any(c.status == "failed" for c in checks):
-            from tensorcad.runtime.certification.pretrained import hints
+            from tensorcad.runtime.certification.subjects.pretrained import hints
 
             for line in hints(pretrained[index - len(subjects)]):
                 console.print(f"[bold]what to change:[/] {escape(line)}")
@@ -207,7 +207,7 @@ def certify(args: argparse.Namespace) -> int:
 
 def _model_subject(name: str, settings, args: argparse.Namespace, factory: bool = False):
     """A model directory or ``pkg.module:factory`` as the model certificates' subject."""
-    from tensorcad.runtime.certification.pretrained import factory_subject, made_by, pretrained_subject
+    from tensorcad.runtime.certification.subjects.pretrained import factory_subject, made_by, pretrained_subject
 
     collator = made_by(args.collator, "--collator") if args.collator else None
     if factory:

@@ -19,7 +19,7 @@ import threading
 from functools import lru_cache
 from typing import Any
 
-from tensorcad.analysis.context_parallel import DEFAULT_SHARD, SHARDINGS
+from tensorcad.analysis.context_parallel.ranks import DEFAULT_SHARD, SHARDINGS
 from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
 from tensorcad.analysis.operating_point_schema import operating_point_of
 from tensorcad.analysis.report import Report, analyze as analyze_design, packed_flops

@@ -62,7 +62,7 @@ def rank_strip(attention: Attention, row: SampledRow, cp, block: int) -> dict:
     sharding lays the row's documents out afresh, so it has no one rank a
     query block of this row.
     """
-    from tensorcad.analysis.context_parallel import block_ranks, falls_back, query_block_counts
+    from tensorcad.analysis.context_parallel.ranks import block_ranks, falls_back, query_block_counts
     from tensorcad.analysis.rows import Rows
     from tensorcad.errors import TensorcadError
 

@@ -7,7 +7,7 @@
 - ``adapters``: a Hugging Face model (or any model) as the ``model_fn(ids, documents,
   positions)`` the certificates call, packed the way it is trained (`hf_causal_lm`);
 - ``diagnosis``: when a certificate fails on a Hugging Face model, the setting to blame
-  (for a hybrid family, its stateful layers and what they need: ``hybrid_packing``).
+  (for a hybrid family, its stateful layers and what they need: ``hybrid.packing``).
 
 No torch and no transformers at import: a config is JSON, a weight map is data, and the
 adapters import torch only when an adapted model runs. The harness re-exports the adapters.
@@ -22,7 +22,8 @@ from ..errors import TensorcadError, shown
 from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
 from .config import Disposition, Reader, looks_like_config, read_config
 from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
-from . import decoders, hybrid_families  # noqa: F401  (register their families' readers)
+from . import decoders  # noqa: F401  (registers its families' readers)
+from .hybrid import families as _hybrid_families  # noqa: F401  (and the hybrids')
 from .families import READERS, family
 from .families import SUPPORTED as _FIRST
 

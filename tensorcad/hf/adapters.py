@@ -27,7 +27,7 @@ from typing import Any
 
 from tensorcad.errors import TensorcadError
 
-from .hybrid_packing import REFUSAL, mixer_hint, seq_idx_refusal
+from .hybrid.packing import REFUSAL, mixer_hint, seq_idx_refusal
 
 PACKINGS = ("position_ids", "mask", "flash_kwargs", "seq_idx")
 # transformers' own attention implementations that take cu_seq_lens/max_length keyword

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..design.rope_scaling import ROW_DEPENDENT
 from .adapters import is_encoder, is_hf_model, unwrapped
-from .hybrid_packing import mixer_hint
+from .hybrid.packing import mixer_hint
 
 
 def reachable_hf_models(model_fn: Any) -> list[Any]:

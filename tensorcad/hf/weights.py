@@ -18,8 +18,8 @@ from typing import Callable
 
 from ..design.model import Design, Node
 from ..errors import TensorcadError
-from .hybrid_weights import CLASSES as HYBRID_CLASSES
-from .hybrid_weights import embedding_key, hybrid_rows
+from .hybrid.weights import CLASSES as HYBRID_CLASSES
+from .hybrid.weights import embedding_key, hybrid_rows
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ WARN_RATIO = 1.10  # slowest rank's attention over the mean rank's
 
 def _alternatives(design: Design, op, context):
     """(train FLOPs a token, max/mean, sharding) for every other sharding this row admits."""
-    from ..analysis.context_parallel import SHARDINGS, ContextParallel
+    from tensorcad.analysis.context_parallel.ranks import SHARDINGS, ContextParallel
     from ..analysis.report import analyze
 
     found = []

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tensorcad
-from tensorcad.analysis.context_parallel import (ContextParallel, ptrr_ranks, query_block_counts,
+from tensorcad.analysis.context_parallel.ranks import (ContextParallel, ptrr_ranks, query_block_counts,
                                                  query_block_kept, rank_work)
 from tensorcad.analysis.report import analyze
 from tensorcad.analysis.rows import Rows, packed_rows
@@ -225,7 +225,7 @@ def test_rule_names_the_better_sharding():
 def test_the_samplers_error_is_the_spread_over_seeds():
     # The reported standard error (delta method over rows) against the spread of
     # max/mean over independent draws of the same size.
-    from tensorcad.analysis.context_parallel_report import _ratio_of_means
+    from tensorcad.analysis.context_parallel.report import _ratio_of_means
 
     figures, errors = [], []
     for seed in range(16):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tensorcad
-from tensorcad.analysis.context_parallel import SHARDINGS, ContextParallel
+from tensorcad.analysis.context_parallel.ranks import SHARDINGS, ContextParallel
 from tensorcad.analysis.report import analyze
 from tensorcad.packing import Packing
 

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis_profiles import scaled  # tests/: the profile's example counts
 
 import tensorcad
-from tensorcad.analysis.context_parallel import ContextParallel, row_work
+from tensorcad.analysis.context_parallel.ranks import ContextParallel, row_work
 
 LLAMA = tensorcad.load("llama-3-8b-documents").attentions()[0][0]
 

@@ -36,7 +36,7 @@ from torch.distributed.tensor.experimental._context_parallel._load_balancer impo
 from torch.nn.attention.flex_attention import create_block_mask, create_mask  # noqa: E402
 
 import tensorcad  # noqa: E402
-from tensorcad.analysis.context_parallel import ContextParallel, row_work  # noqa: E402
+from tensorcad.analysis.context_parallel.ranks import ContextParallel, row_work  # noqa: E402
 from tensorcad.analysis.report import analyze  # noqa: E402
 from tensorcad.packing import Packing, draw  # noqa: E402
 

@@ -13,7 +13,7 @@ import pytest
 jsonschema = pytest.importorskip("jsonschema")
 
 from tensorcad import load  # noqa: E402
-from tensorcad.analysis.context_parallel import ContextParallel  # noqa: E402
+from tensorcad.analysis.context_parallel.ranks import ContextParallel  # noqa: E402
 from tensorcad.analysis.operating_point import OperatingPoint  # noqa: E402
 from tensorcad.analysis.operating_point_schema import (  # noqa: E402
     operating_point_of, operating_point_schema)

@@ -40,7 +40,7 @@ from torch.distributed.tensor.experimental._context_parallel._load_balancer impo
 from torch.nn.attention.flex_attention import create_block_mask  # noqa: E402
 
 from hypothesis_profiles import scaled  # noqa: E402
-from tensorcad.analysis.context_parallel import SHARDINGS, ContextParallel, row_work  # noqa: E402
+from tensorcad.analysis.context_parallel.ranks import SHARDINGS, ContextParallel, row_work  # noqa: E402
 from tensorcad.runtime.building.cp_layouts import cp_layout  # noqa: E402
 
 BLOCK = 128

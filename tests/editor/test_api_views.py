@@ -172,7 +172,7 @@ def test_an_upload_past_the_limit_is_refused_before_it_is_read():
 def test_context_parallelism_is_the_report_s_section():
     op = {"seq": 8192, "packing": {"mean": 1024, "spread": 1}, "cp": {"size": 4, "shard": "per-document"}}
     answer = api.analyze({"design": DOCS, "op": op})["report"]
-    from tensorcad.analysis.context_parallel import ContextParallel
+    from tensorcad.analysis.context_parallel.ranks import ContextParallel
 
     engine = engine_analyze(load(DOCS), OperatingPoint(seq=8192, packing=Packing(1024, 1),
                                                        cp=ContextParallel(4, "per-document"))).to_json()

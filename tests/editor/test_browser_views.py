@@ -268,7 +268,7 @@ def test_the_json_tab_and_the_tree_are_one_design_with_one_history(page):
 
 
 def test_the_rank_strip_is_the_engine_s_assignment_of_the_row_s_query_blocks(page):
-    from tensorcad.analysis.context_parallel import block_ranks, query_block_counts
+    from tensorcad.analysis.context_parallel.ranks import block_ranks, query_block_counts
     from tensorcad.analysis.rows import Rows
 
     _pick(page, DOCS)

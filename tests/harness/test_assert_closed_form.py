@@ -53,7 +53,7 @@ def test_window_and_full_pick_their_forms(design_texts):
 
 
 def test_a_disagreement_names_both_figures(design_texts, monkeypatch):
-    import tensorcad.runtime.certification.closed_form_check as check  # the runtime's check the assertion is
+    import tensorcad.runtime.certification.design.closed_form as check  # the runtime's check the assertion is
 
     monkeypatch.setattr(check, "engine_keys_per_query", lambda d, op: (130.0, "flops.keysPerQuery"))
     with pytest.raises(AssertionError, match=r"flops.keysPerQuery is 130 but the closed form causal\(seq=256\) "

@@ -162,7 +162,7 @@ def test_gpt2_with_a_block_diagonal_mask_and_positions_through_the_row(hf_batch)
     # The same verdicts from the registry's checks, what the collected items run.
     from harness.certificates import alone_function
     from tensorcad.runtime.certification.registry import MODEL_CHECKS, run_check
-    from tensorcad.runtime.certification.model_subject import ModelSubject
+    from tensorcad.runtime.certification.subjects.model import ModelSubject
     from tensorcad.runtime.building.settings import Settings
 
     subject = ModelSubject(model_fn, Settings(sample=6), given_batch=hf_batch, alone=alone_function(model_fn, model_fn))

@@ -31,7 +31,7 @@ def test_goldens_on_disk_are_compared(tmp_path, design_texts):
     settings = Settings().for_design(design)
     from harness.fixtures import operating_point
 
-    from tensorcad.runtime.certification.goldens import file_name, golden_name
+    from tensorcad.runtime.certification.design.goldens import file_name, golden_name
 
     op = operating_point(settings)
     name = golden_name(design, op)  # the collected item's golden is keyed by its operating point

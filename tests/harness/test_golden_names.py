@@ -10,7 +10,7 @@ from __future__ import annotations
 import tensorcad
 from tensorcad.analysis.operating_point import OperatingPoint
 from tensorcad.packing import Packing
-from tensorcad.runtime.certification.goldens import golden_name
+from tensorcad.runtime.certification.design.goldens import golden_name
 
 OWN_TEST = """
 import tensorcad

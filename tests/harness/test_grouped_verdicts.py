@@ -19,9 +19,9 @@ import torch
 from planted_models import VOCAB, TinyAttention
 from tensorcad.packing import draw
 from tensorcad.runtime.certification import CERTIFICATES, certificate
-from tensorcad.runtime.certification.batched_faithful import buckets
-from tensorcad.runtime.certification.group_testing import codes, groups
-from tensorcad.runtime.certification.weighted_gradients import exponents
+from tensorcad.runtime.certification.forward.batched_faithful import buckets
+from tensorcad.runtime.certification.forward.group_testing import codes, groups
+from tensorcad.runtime.certification.forward.weighted_gradients import exponents
 
 transformers = pytest.importorskip("transformers")
 
@@ -81,7 +81,7 @@ class Counted:
     """The model under check, its forward calls and the backward passes through its outputs counted."""
 
     def __init__(self, model_fn):
-        from tensorcad.runtime.certification.gradients import modules_of
+        from tensorcad.runtime.certification.forward.gradients import modules_of
 
         self.model_fn, self.calls, self.backwards = model_fn, 0, 0
         self.model = modules_of(model_fn)[0]  # what the gradient check puts in train mode

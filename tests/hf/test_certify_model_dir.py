@@ -177,7 +177,7 @@ def test_a_factory_that_raises_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_a_model_too_large_to_run_here_is_certified_as_a_replica_and_says_so(tmp_path, capsys, monkeypatch):
-    import tensorcad.runtime.certification.pretrained as pretrained
+    import tensorcad.runtime.certification.subjects.pretrained as pretrained
     import tensorcad.runtime.certification.registry as registry
 
     monkeypatch.setattr(registry, "MODEL_CHECKS", ("isolation",))
@@ -193,7 +193,7 @@ def test_a_model_too_large_to_run_here_is_certified_as_a_replica_and_says_so(tmp
 
 def test_a_replica_keeps_the_configs_kind_and_grouping_and_shrinks_its_sizes():
     from tensorcad.runtime.building import replica_config
-    from tensorcad.runtime.certification.pretrained import REPLICA_VOCAB
+    from tensorcad.runtime.certification.subjects.pretrained import REPLICA_VOCAB
 
     big = transformers.LlamaConfig(vocab_size=128_256, hidden_size=4096, intermediate_size=14_336,
                                    num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,

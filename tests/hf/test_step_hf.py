@@ -134,8 +134,8 @@ def test_micro_batches_collated_apart_and_each_averaged_fail_and_num_items_in_ba
 def test_a_hugging_face_model_behind_the_adapter_keeps_its_own_loss():
     from tensorcad.hf import hf_causal_lm
     from tensorcad.runtime.building.settings import Settings
-    from tensorcad.runtime.certification.model_subject import ModelSubject
-    from tensorcad.runtime.certification.step_certificates import subject_step
+    from tensorcad.runtime.certification.subjects.model import ModelSubject
+    from tensorcad.runtime.certification.step.certificates import subject_step
 
     config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                       num_attention_heads=2, num_key_value_heads=1)
@@ -150,10 +150,10 @@ def test_a_hugging_face_model_behind_the_adapter_keeps_its_own_loss():
 
 def test_a_small_llama_its_own_loss_alone_and_padded():
     from tensorcad.errors import TensorcadError
-    from tensorcad.runtime.certification.eval_parity import check_eval_parity
-    from tensorcad.runtime.certification.step_batch import read_batch
-    from tensorcad.runtime.certification.step_loss import check_loss
-    from tensorcad.runtime.certification.training_step import step_of
+    from tensorcad.runtime.certification.step.eval_parity import check_eval_parity
+    from tensorcad.runtime.certification.step.batch import read_batch
+    from tensorcad.runtime.certification.step.loss import check_loss
+    from tensorcad.runtime.certification.step.loop import step_of
 
     config = transformers.LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                                       num_attention_heads=2, num_key_value_heads=1)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import tensorcad
-from tensorcad.analysis.context_parallel import ContextParallel, ptrr_ranks, query_block_counts, rank_work
+from tensorcad.analysis.context_parallel.ranks import ContextParallel, ptrr_ranks, query_block_counts, rank_work
 from tensorcad.analysis.rows import Rows
 from tensorcad.packing import Packing, draw
 from tensorcad.rules import check

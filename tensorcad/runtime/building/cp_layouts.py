@@ -30,7 +30,7 @@ import math
 import numpy as np
 import torch
 
-from tensorcad.analysis.context_parallel import SHARDINGS, ptrr_ranks
+from tensorcad.analysis.context_parallel.ranks import SHARDINGS, ptrr_ranks
 from tensorcad.errors import TensorcadError
 
 BLOCK = 128

@@ -35,14 +35,14 @@ def failure_hints(model_fn: Callable[..., Any], ids: Any, documents: Any, positi
     if found or certificate in ("isolation", "gradients"):
         return found
     if tokens_leak is None:
-        from .isolation import check_isolation
+        from .forward.isolation import check_isolation
 
         tokens_leak = not check_isolation(model_fn, ids, documents, positions, vocab=vocab, sample=sample,
                                           seed=seed).passed
     if tokens_leak:
         return []  # the leak explains it, and says where
     if boundaries_moved is None:
-        from .boundaries import check_boundaries
+        from .forward.boundaries import check_boundaries
 
         boundaries_moved = bool(check_boundaries(model_fn, ids, documents, positions, vocab=vocab, sample=sample,
                                                  seed=seed).moved)

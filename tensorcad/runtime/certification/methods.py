@@ -27,21 +27,21 @@ def certificate(name: str, method: str = METHODS[0]) -> Callable[..., Any]:
     grouped = method == "grouped"
     if name == "isolation":
         if grouped:
-            from .group_testing import check_isolation_grouped as run
+            from .forward.group_testing import check_isolation_grouped as run
         else:
-            from .isolation import check_isolation as run
+            from .forward.isolation import check_isolation as run
     elif name == "boundaries":
         if grouped:
-            from .grouped_boundaries import check_boundaries_grouped as run
+            from .forward.grouped_boundaries import check_boundaries_grouped as run
         else:
-            from .boundaries import check_boundaries as run
+            from .forward.boundaries import check_boundaries as run
     elif name == "faithful":
         if grouped:
-            from .batched_faithful import check_faithful_batched as run
+            from .forward.batched_faithful import check_faithful_batched as run
         else:
-            from .faithful import check_faithful as run
+            from .forward.faithful import check_faithful as run
     elif grouped:
-        from .weighted_gradients import check_gradients_weighted as run
+        from .forward.weighted_gradients import check_gradients_weighted as run
     else:
-        from .gradients import check_gradient_isolation as run
+        from .forward.gradients import check_gradient_isolation as run
     return run

@@ -30,10 +30,10 @@ from .certificates import (  # noqa: F401
     gradients_check,
     tokens_check,
 )
-from .model_calls import ModelRaised
-from .mask_checks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
+from .forward.calls import ModelRaised
+from .design.masks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
 from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
-from .verify_checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
+from .design.checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
 
 Progress = Callable[[str, int, int], None]  # (check about to run, checks done, checks in all)
 
@@ -58,7 +58,7 @@ def _rules(s: Subject) -> Check:
 
 
 def _cp_plan(s: Subject) -> Check:
-    from .cp_certificate import cp_plan_check  # torch at import: the CLI lists the registry without it
+    from .parallel.certificate import cp_plan_check  # torch at import: the CLI lists the registry without it
 
     return cp_plan_check(s)
 
@@ -88,7 +88,7 @@ def _isolation(s: Subject, form: str) -> Check:
 
 
 def _closed_form(s: Subject) -> Check:
-    from .closed_form_check import assert_closed_form
+    from .design.closed_form import assert_closed_form
 
     got, expected = assert_closed_form(s.design, s.op)  # AssertionError / NotApplicable propagate
     return passed("closed-form", f"keys per query {got:.6g}, closed form {expected:.6g}",
@@ -96,7 +96,7 @@ def _closed_form(s: Subject) -> Check:
 
 
 def _golden(s: Subject, kind: str) -> Check:
-    from .goldens import NoGolden, golden_data, golden_name
+    from .design.goldens import NoGolden, golden_data, golden_name
 
     name = f"golden[{kind}]"
     if s.golden is None:
@@ -132,7 +132,7 @@ def _export(s: Subject) -> Check:
 
 def _step(name: str) -> Callable[[Any], Check]:
     def run(s: Any) -> Check:
-        from .step_certificates import step_check  # torch, on first use
+        from .step.certificates import step_check  # torch, on first use
 
         return step_check(name, s)
 
@@ -203,7 +203,7 @@ GOLDENS = tuple(n for n in CERTIFY if n.startswith("golden["))
 
 def run_check(subject: Subject, name: str) -> Check:
     """One check, timed; a failure, a skip or a crash becomes its outcome."""
-    from .closed_form_check import NotApplicable
+    from .design.closed_form import NotApplicable
 
     spec = REGISTRY[name]
     start = time.perf_counter()

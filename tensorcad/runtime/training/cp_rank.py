@@ -118,7 +118,7 @@ def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
 
     from tensorcad.runtime.building.cp_layouts import cp_layout
     from tensorcad.runtime.building.cp_masks import cp_block_mask, document_mask
-    from tensorcad.runtime.certification.cp_faithful import blockwise_attention
+    from tensorcad.runtime.certification.parallel.faithful import blockwise_attention
 
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
     torch.set_num_threads(1)

@@ -95,7 +95,7 @@ def _design(window: int | None):
 
 def predictions(spec: RunSpec, shard: str) -> tuple[float, float, float | None]:
     """(slowestOverBalanced and max/mean for the run's rows, slowestOverBalanced of the operating point)."""
-    from tensorcad.analysis.context_parallel import ContextParallel, query_block_counts, row_work
+    from tensorcad.analysis.context_parallel.ranks import ContextParallel, query_block_counts, row_work
     from tensorcad.analysis.operating_point import OperatingPoint
     from tensorcad.analysis.report import analyze
     from tensorcad.analysis.rows import Rows
@@ -164,7 +164,7 @@ def render(result: CpRun) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tensorcad.analysis.context_parallel import SHARDINGS
+    from tensorcad.analysis.context_parallel.ranks import SHARDINGS
 
     parser = argparse.ArgumentParser(
         prog="python -m tensorcad.runtime.training.cp_run",

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tensorcad.analysis.context_parallel import SHARDINGS  # noqa: E402
+from tensorcad.analysis.context_parallel.ranks import SHARDINGS  # noqa: E402
 from tensorcad.errors import TensorcadError  # noqa: E402
 from tensorcad.packing import draw  # noqa: E402
 from tensorcad.runtime.building import cp_layout  # noqa: E402

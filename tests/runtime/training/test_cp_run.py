@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tensorcad.analysis.context_parallel import SHARDINGS, ContextParallel, row_work  # noqa: E402
+from tensorcad.analysis.context_parallel.ranks import SHARDINGS, ContextParallel, row_work  # noqa: E402
 from tensorcad.runtime.training import RunSpec, run_context_parallel  # noqa: E402
 from tensorcad.runtime.training.cp_rank import batch  # noqa: E402
 from tensorcad.runtime.training.cp_run import _design, main  # noqa: E402

@@ -1,0 +1,250 @@
+"""The user's training step: how a batch becomes a loss, and how one document runs by itself.
+
+The loss is made the way people train:
+
+- a Hugging Face model's own loss: ``model(**batch, use_cache=False).loss``,
+  the batch's ``labels`` (or ``shift_labels``) passed as they are, and
+  ``num_items_in_batch`` when the loop accumulates as `Trainer` does;
+- the model's logits and the user's loss: ``loss(logits, labels)`` (and
+  ``num_items_in_batch=``), labels as the batch writes them;
+- for a ``model_fn(ids, documents, positions)`` given no loss (a generated
+  model, a hand-written one): next-token cross-entropy over the targets the
+  batch's convention names, a mean over every supervised token.
+
+A document alone is the model on its tokens only: a Hugging Face model's own
+forward (``model(input_ids=ids)``, nothing packed), else ``alone`` or the
+model_fn on a one-document row with positions from 0. Its loss is
+cross-entropy against the targets it holds: the packed row's targets at its
+positions, less its last (which, alone, has nothing after it to predict).
+
+The certificates run the model in train mode (as training does) or eval mode
+(eval parity) and leave it as it was; a generated model runs its eager form on
+CPU, where FlexAttention has no backward. Dropout would draw different masks in
+the packed and the lone runs, so a model that drops out in train mode is
+refused, naming the module.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tensorcad.errors import TensorcadError
+
+from ..forward.gradients import modules_of
+from ..forward.calls import outputs_of
+from .batch import IGNORE_INDEX, StepBatch
+
+# Relative tolerances by dtype. A loss is a mean of cross-entropies each within twice
+# the logits' rounding (faithful: float32 1e-5) of the lone run's, so it is held to
+# rtol x (1 + |loss|) (measured: gaps under 5e-7 on losses near 4.9). A gradient sums
+# many more terms, in two orders, with cancellation in the attention's backward: held
+# per parameter to rtol x its norm (measured: under 7e-7 for HF Llama and Qwen2 and a
+# generated model, once 7.4e-5 on a first layer's query weights under a loaded CPU).
+# The bugs the certificates are for move the loss by 1e-3 and gradients by 1e-2 or more.
+LOSS_RTOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.bfloat16: 3e-2, torch.float16: 3e-3}
+GRADIENT_RTOL = {torch.float64: 1e-8, torch.float32: 1e-3, torch.bfloat16: 1e-1, torch.float16: 1e-2}
+
+
+def loss_tolerance(dtype: torch.dtype, magnitude: float, atol: float | None = None,
+                   rtol: float | None = None) -> float:
+    """What two computations of one loss of size ``magnitude`` may differ by, in ``dtype``."""
+    rtol = LOSS_RTOL.get(dtype, 1e-5) if rtol is None else float(rtol)
+    return (rtol if atol is None else float(atol)) + rtol * abs(magnitude)
+
+
+def widened(logits: torch.Tensor) -> torch.Tensor:
+    """Logits to take a cross-entropy of: float32 at least, float64 kept (its tolerance is float64's)."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def token_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, num_items_in_batch: Any = None) -> torch.Tensor:
+    """Cross-entropy of each output against its target (IGNORE_INDEX: none): the mean, or the sum over N."""
+    flat = widened(logits.reshape(-1, logits.shape[-1]))
+    if num_items_in_batch is None:
+        return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX)
+    return F.cross_entropy(flat, targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum") / num_items_in_batch
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """A model and how its loop turns a batch into a loss."""
+
+    model: Any  # a transformers PreTrainedModel, or a model_fn(ids, documents, positions)
+    loss: Callable[..., Any] | None = None  # (logits, labels[, num_items_in_batch=]) -> loss; None: the default
+    alone: Callable[..., Any] | None = None  # (ids, documents, positions) -> one document's outputs
+
+    @property
+    def hf(self) -> bool:
+        from tensorcad.hf import is_hf_model
+
+        return is_hf_model(self.model)
+
+    @property
+    def own_loss(self) -> bool:
+        """The Hugging Face model computes the loss itself (it shifts the labels)."""
+        return self.loss is None and self.hf
+
+    def _hf_inputs(self, batch: StepBatch, labels: bool) -> dict[str, Any]:
+        inputs = {k: v for k, v in batch.inputs.items() if k != "documents"}
+        if not labels:
+            inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
+        inputs.setdefault("use_cache", False)  # with a cache, transformers reads no packing from position_ids
+        return inputs
+
+    def logits(self, batch: StepBatch) -> torch.Tensor:
+        """The packed batch's outputs (B, T, V)."""
+        if self.hf:
+            return self.model(**self._hf_inputs(batch, labels=False)).logits
+        return outputs_of(self.model(batch.ids, batch.documents, batch.positions))
+
+    def loss_and_logits(self, batch: StepBatch, num_items_in_batch: int | None = None) -> tuple[torch.Tensor, Any]:
+        """The packed batch's loss as the loop computes it, and the logits it was computed from.
+
+        ``num_items_in_batch``: the Trainer's count of the whole batch's targets, passed on.
+        """
+        extra = {} if num_items_in_batch is None else {"num_items_in_batch": torch.tensor(num_items_in_batch)}
+        if self.own_loss:
+            out = self.model(**self._hf_inputs(batch, labels=True), **extra)
+            if getattr(out, "loss", None) is None:
+                raise TensorcadError("loss", f"{type(self.model).__name__} returned no loss for the batch's labels")
+            return out.loss, getattr(out, "logits", None)
+        logits = self.logits(batch)
+        if self.loss is not None:
+            return self.loss(logits, batch.labels, **extra), logits
+        return token_cross_entropy(logits, batch.targets, extra.get("num_items_in_batch")), logits
+
+    def packed_loss(self, batch: StepBatch, num_items_in_batch: int | None = None) -> torch.Tensor:
+        return self.loss_and_logits(batch, num_items_in_batch)[0]
+
+    def alone_logits(self, ids: torch.Tensor) -> torch.Tensor:
+        """One document's outputs (1, L, V), run by itself."""
+        if self.hf:
+            return self.model(input_ids=ids, use_cache=False).logits
+        documents = torch.zeros_like(ids)
+        positions = torch.arange(ids.shape[1], device=ids.device)[None]
+        return outputs_of((self.alone or self.model)(ids, documents, positions))
+
+    def padded_logits(self, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Documents one a row, right-padded (``real``: True on their tokens), as an unpacked loop runs them."""
+        if self.hf:
+            return self.model(input_ids=ids, attention_mask=real.long(), use_cache=False).logits
+        documents = (~real).long()  # the padding a document of its own: the model keeps it apart
+        from tensorcad.packing import positions_of
+
+        return outputs_of(self.model(ids, documents, positions_of(documents)))
+
+    def modules(self) -> list[nn.Module]:
+        roots = [self.model] if self.hf else modules_of(self.model)
+        if self.alone is not None:
+            roots += [m for m in modules_of(self.alone) if all(m is not r for r in roots)]
+        return roots
+
+    def named_parameters(self) -> list[tuple[str, nn.Parameter]]:
+        seen: set[int] = set()
+        found = []
+        for root in self.modules():
+            for name, p in root.named_parameters():
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    found.append((name, p))
+        if not found:
+            raise TensorcadError("model", "no trainable parameters found in the model (itself, .module, .model or "
+                                          "its closure): the step has nothing to train")
+        return found
+
+    @contextlib.contextmanager
+    def mode(self, train: bool) -> Iterator[str]:
+        """The model in train (or eval) mode, in a form that has a backward; yields a note of the form."""
+        roots = self.modules()
+        modes = [(m, m.training) for m in roots]
+        form = getattr(self.model, "form", None)
+        note = ""
+        if form == "flex" and not self.hf and _device(roots).type == "cpu":
+            self.model.form = "eager"
+            note = "the eager form: FlexAttention has no backward on CPU"
+        try:
+            for m in roots:
+                m.train(train)
+            if train:
+                _refuse_dropout(roots)
+            yield note
+        finally:
+            for m, was in modes:
+                m.train(was)
+            if note:
+                self.model.form = form
+
+
+def _device(roots: list[nn.Module]) -> torch.device:
+    for root in roots:
+        for p in root.parameters():
+            return p.device
+    return torch.device("cpu")
+
+
+def _refuse_dropout(roots: list[nn.Module]) -> None:
+    for root in roots:
+        for name, m in root.named_modules():
+            if isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0:
+                raise TensorcadError("model", f"{name or type(m).__name__} drops out {m.p:g} of its inputs in train "
+                                              "mode: the packed step and the documents alone would draw different "
+                                              "masks; set p=0 for the certificate")
+        rate = getattr(getattr(root, "config", None), "attention_dropout", 0.0)
+        if isinstance(rate, (int, float)) and rate > 0:
+            raise TensorcadError("model", f"config.attention_dropout is {rate:g}: the packed step and the documents "
+                                          "alone would drop different scores; set it to 0 for the certificate")
+
+
+def step_of(model: Any, loss: Callable[..., Any] | None = None, alone: Callable[..., Any] | None = None) -> TrainingStep:
+    """The `TrainingStep` of a model (a Hugging Face model, or a model_fn) and the loss its loop uses."""
+    if loss is not None and not callable(loss):
+        raise TensorcadError("loss", f"expected a callable (logits, labels) -> loss, got {type(loss).__name__}")
+    if not callable(model):
+        raise TensorcadError("model", f"expected a model or a model_fn, got {type(model).__name__}")
+    return TrainingStep(model, loss, alone)
+
+
+@dataclass(frozen=True)
+class DocumentLosses:
+    """Each document piece's token losses, run alone, over one batch or every micro-batch of one."""
+
+    tokens: tuple[torch.Tensor, ...]  # each piece's supervised targets' cross-entropies (1D, maybe empty)
+    rows: tuple[int, ...]  # the row of each piece, counted over every micro-batch
+    pieces: tuple[tuple[int, int, int, int], ...]  # (row over every micro-batch, document, first, end)
+    where: tuple[tuple[int, torch.Tensor], ...]  # (row, the output positions) of each piece's targets
+
+    @property
+    def counts(self) -> tuple[int, ...]:
+        return tuple(int(t.numel()) for t in self.tokens)
+
+
+def document_losses(step: TrainingStep, batches: list[StepBatch]) -> DocumentLosses:
+    """Every document of every batch run alone; its targets' cross-entropies (a graph, when grad is on)."""
+    tokens, rows, pieces, where = [], [], [], []
+    offset = 0
+    for batch in batches:
+        targets = batch.targets
+        for row, document, first, end in batch.pieces():
+            logits = step.alone_logits(batch.ids[row:row + 1, first:end])
+            if logits.shape[:2] != (1, end - first):
+                raise TensorcadError("alone", f"outputs shaped {tuple(logits.shape)} for a document of "
+                                              f"{end - first} tokens")
+            mine = targets[row, first:end - 1]
+            kept = mine != IGNORE_INDEX
+            tokens.append(F.cross_entropy(widened(logits[0, :end - first - 1][kept]), mine[kept], reduction="none"))
+            rows.append(offset + row)
+            pieces.append((offset + row, document, first, end))
+            where.append((offset + row, targets_at(first, kept)))
+        offset += batch.ids.shape[0]
+    return DocumentLosses(tuple(tokens), tuple(rows), tuple(pieces), tuple(where))
+
+
+def targets_at(first: int, kept: torch.Tensor) -> torch.Tensor:
+    """The output positions, in the row, of a document's targets (``kept`` over its outputs from ``first``)."""
+    return first + torch.nonzero(kept.cpu()).flatten()
