@@ -7,8 +7,9 @@
 For each revision it checks the revision out in a scratch git worktree and runs the README's test command
 there (``python -m pytest -n 2 --dist worksteal -rs``, which imports the worktree's own packages before the
 installed ones) with ``--junitxml``; or it reads two JUnit files already written. A test file that git
-sees renamed between the two revisions (``git diff -M``) is read under its new path, so a test that only
-moved is the same test. Prints what passed before and does not pass after (missing, failed or skipped),
+sees renamed between the two revisions (``git diff -M``) is read under its new path, and a module path in
+a test's parameters under the path ``tensorcad.faces.MOVED`` gives it now, so a test that only moved is the
+same test. Prints what passed before and does not pass after (missing, failed or skipped),
 what is new, and the counts; exits 1 when a test that passed before does not pass after.
 
 Written for the rooms of issue 41 (certification, context parallelism and the hybrids moved into
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -56,17 +58,42 @@ def renames(span: str) -> dict[str, str]:
     return moved
 
 
-def renamed(test_id: str, moved: dict[str, str]) -> str:
+def _moved_modules() -> dict[str, str]:
+    sys.path.insert(0, str(ROOT))
+    from tensorcad.faces import MOVED
+
+    return MOVED
+
+
+MODULE_PATH = re.compile(r"\btensorcad(?:\.\w+)+")
+
+
+def _new_path(dotted: str, modules: dict[str, str]) -> str:
+    """`dotted` (a module, or an attribute of one) under the path its module has now."""
+    for old in sorted(modules, key=len, reverse=True):
+        if dotted == old or dotted.startswith(old + "."):
+            return modules[old] + dotted[len(old):]
+    return dotted
+
+
+def renamed(test_id: str, moved: dict[str, str], modules: dict[str, str] | None = None,
+            after: dict[str, str] | None = None) -> str:
     module, sep, rest = test_id.partition("::")
     # the classname is the module's dotted path, with a class name after it for a test in a class
     for old, new in moved.items():
         if module == old or module.startswith(old + "."):
-            return new + module[len(old):] + sep + rest
-    return test_id
+            module = new + module[len(old):]
+            break
+    if after is not None and module + sep + rest in after:
+        return module + sep + rest  # a face's name that still reads as it did (`tensorcad.closed_form`)
+    # a test parametrised by a module's path (the docs' names) is the same test under the new path
+    rest = MODULE_PATH.sub(lambda m: _new_path(m.group(0), modules or {}), rest)
+    return module + sep + rest
 
 
-def compare(before: dict[str, str], after: dict[str, str], moved: dict[str, str]) -> dict:
-    before = {renamed(test_id, moved): outcome for test_id, outcome in before.items()}
+def compare(before: dict[str, str], after: dict[str, str], moved: dict[str, str],
+            modules: dict[str, str] | None = None) -> dict:
+    before = {renamed(test_id, moved, modules, after): outcome for test_id, outcome in before.items()}
     lost = sorted(t for t, o in before.items() if o == "passed" and after.get(t) != "passed")
     return {
         "before": _counts(before), "after": _counts(after), "moved_files": len(moved),
@@ -119,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         span = f"{before_rev}..{after_rev}"
     else:
         parser.error("give BEFORE [AFTER], or --xml BEFORE_XML AFTER_XML --renames BEFORE..AFTER")
-    result = compare(outcomes(before_xml), outcomes(after_xml), renames(span))
+    result = compare(outcomes(before_xml), outcomes(after_xml), renames(span), _moved_modules())
     if args.json:
         print(json.dumps(result, indent=2))
     else:
