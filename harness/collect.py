@@ -102,8 +102,13 @@ class DesignFile(pytest.File):
 def _function(name: str):
     # The function a check item runs: its signature asks for the fixtures it needs.
     if name.startswith("golden"):
-        def tensorcad_golden_check(request, snapshot):
-            run_item(request.node, snapshot)
+        def tensorcad_golden_check(request):
+            # syrupy's `snapshot` fixture asked for here, not in the signature: without syrupy a golden item
+            # fails with the one line naming the extra, not pytest's "fixture 'snapshot' not found" listing.
+            from .extras import require
+
+            require("syrupy")
+            run_item(request.node, request.getfixturevalue("snapshot"))
 
         return tensorcad_golden_check
 
@@ -158,10 +163,15 @@ class DesignCheck(pytest.Function):
         return self.path, 0, f"{self.path.name}::{self.name}"
 
     def repr_failure(self, excinfo):
-        if self.name.startswith("golden"):
+        if self.name.startswith("golden") and excinfo.errisinstance(AssertionError):
             return self._repr_failure_py(excinfo, style="short")  # syrupy's diff of the golden
         if excinfo.errisinstance((AssertionError, TensorcadError)):
             return f"{self.parent.name}::{self.name}: {excinfo.value}"
+        from .extras import missing_extra
+
+        missing = missing_extra(excinfo.value)
+        if missing is not None:
+            return f"{self.parent.name}::{self.name}: {missing}"
         return super().repr_failure(excinfo)
 
 

@@ -1,8 +1,11 @@
 """tensorcad's pytest plugin (entry point `pytest11`): options, markers, hooks and fixtures.
 
 Thin on purpose: every hook and fixture is one call into a plain module
-(`options`, `collect`, `fixtures`, `snapshot`). Loading it imports neither
-torch nor the engine, so a project that never uses it pays nothing.
+(`options`, `collect`, `fixtures`, `snapshot`). Loading it imports pytest, the
+standard library and tensorcad's lazy faces only (neither torch, nor syrupy,
+nor the engine), so a project that never uses it pays nothing, and one without
+the plugin's extras still runs; a feature used without what it needs fails in
+one line naming the extra (`extras`).
 """
 
 from __future__ import annotations
@@ -28,13 +31,23 @@ def pytest_configure(config: pytest.Config) -> None:
         from .collect import base_settings
 
         base_settings(config)  # a bad --tensorcad-* value is a usage error now, not at each test
-    if options.INI_DESIGNS in config.inicfg or config.getoption(options.COLLECT_DEST):
+    if config.getini(options.INI_DESIGNS) or config.getoption(options.COLLECT_DEST):
         from .collect import add_design_args
 
         add_design_args(config)
     from .models import add_model_args
 
     add_model_args(config)
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    # Said once at the top where a session collects designs or models and lacks what they need; each item
+    # then fails with the same line. A session that never uses the plugin hears nothing.
+    from .extras import missing_for
+
+    used = bool(config.getini(options.INI_DESIGNS) or config.getoption(options.COLLECT_DEST)
+                or config.getini(options.INI_MODELS))
+    return missing_for(used)
 
 
 @pytest.hookimpl(wrapper=True)
@@ -197,8 +210,13 @@ def tensorcad_certificate(request: pytest.FixtureRequest, tensorcad_settings, te
 
 
 @pytest.fixture
-def tensorcad_snapshot(snapshot, request: pytest.FixtureRequest):
+def tensorcad_snapshot(request: pytest.FixtureRequest):
     """Goldens under the project's snapshots/: ``tensorcad_snapshot.analysis(design, op)`` etc."""
+    from .extras import MissingExtra, require
     from .fixtures import Goldens
 
-    return Goldens(snapshot, request.config.rootpath)
+    try:
+        require("syrupy")
+    except MissingExtra as missing:
+        pytest.fail(str(missing), pytrace=False)
+    return Goldens(request.getfixturevalue("snapshot"), request.config.rootpath)

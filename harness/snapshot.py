@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
-
 from tensorcad.runtime.certification import (  # noqa: F401 - the names the plugin and its tests read here
     GOLDEN_KINDS as KINDS,
     GOLDEN_VERSION as VERSION,
@@ -23,8 +21,15 @@ from tensorcad.runtime.certification import (  # noqa: F401 - the names the plug
 _file_name = file_name  # the older private name
 
 
-def golden_extension(root: str | Path, kind: str) -> type[SingleFileSnapshotExtension]:
+def golden_extension(root: str | Path, kind: str) -> type:
     """A syrupy extension writing `<root>/snapshots/<kind>/<name>.<ext>`."""
+    # syrupy on first use, not at import: the plugin loads this module in every session, and a session
+    # without syrupy (tensorcad installed without its pytest extra) must still run (issue 49).
+    from .extras import require
+
+    require("syrupy")
+    from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
+
     directory = str(golden_dir(root, kind))
 
     class TensorcadGolden(SingleFileSnapshotExtension):

@@ -48,3 +48,15 @@ def test_nothing_heavy():
     assert "torch" not in sys.modules
 ''')
     project.runpytest_subprocess("-p", "no:hypothesispytest").assert_outcomes(passed=1)
+
+
+def test_a_session_without_syrupy_never_imports_it(project):
+    # syrupy's own plugin off: what remains in sys.modules is what tensorcad's start-up and session hooks
+    # import. Before issue 49 the session hook imported harness.snapshot, which imported syrupy.
+    project.makepyfile(test_plain='''
+import sys
+
+def test_no_syrupy():
+    assert "syrupy" not in sys.modules and "torch" not in sys.modules
+''')
+    project.runpytest_subprocess("-p", "no:syrupy", "-p", "no:hypothesispytest").assert_outcomes(passed=1)
