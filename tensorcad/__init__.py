@@ -7,14 +7,18 @@ packages and what each owns.
 
 from __future__ import annotations
 
-from .design import Design, load, preset_names
 from .errors import TensorcadError
 from .faces import keep_moved_paths, lazy
 
 __version__ = "0.12.0"
 
-# Heavier pieces load on first use, so `import tensorcad` stays quick and torch-free.
+# Everything but the error type loads on first use, so `import tensorcad` stays quick and torch-free, and
+# the pytest plugin (tensorcad.testing.plugin, loaded in every session of an environment that installs
+# tensorcad) imports nothing beyond the standard library at start-up (issue 49).
 _LAZY = {
+    "Design": "tensorcad.design:Design",
+    "load": "tensorcad.design:load",
+    "preset_names": "tensorcad.design:preset_names",
     "analyze": "tensorcad.analysis.report:analyze",
     "Report": "tensorcad.analysis.report:Report",
     "OperatingPoint": "tensorcad.analysis.operating_point:OperatingPoint",
@@ -30,6 +34,6 @@ _LAZY = {
     "closed_form": "tensorcad.packing.closed_form",
 }
 
-__all__ = ["Design", "TensorcadError", "load", "preset_names", *_LAZY]
+__all__ = ["TensorcadError", *_LAZY]
 __getattr__, __dir__ = lazy(__name__, _LAZY)
 keep_moved_paths()

@@ -7,27 +7,37 @@ request can make the server read any other file.
 from __future__ import annotations
 
 import json
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
 
 from ..views import answers
 
-# docs/ beside the package, where a checkout or an editable install has it; a wheel ships no docs.
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+def docs_folder() -> Traversable:
+    """The docs the server lists: those the wheel ships inside the package (setup.py copies docs/*.md
+    into tensorcad/docs/ at build), read through importlib.resources; in a checkout, or an editable
+    install of one, the docs/ folder beside the package, where they are written."""
+    shipped = files("tensorcad") / "docs"
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parents[2] / "docs"
 
 
-def doc_files() -> list[Path]:
-    return sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
+def doc_files() -> list[Traversable]:
+    folder = docs_folder()
+    if not folder.is_dir():
+        return []
+    return sorted((f for f in folder.iterdir() if f.name.endswith(".md") and f.is_file()), key=lambda f: f.name)
 
 
-def _reader(path: Path):
+def _reader(path: Traversable):
     """A resource function reading one file named at start (the SDK takes no arguments for a fixed URI)."""
 
     def read() -> str:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
 
-    read.__name__ = f"read_{path.stem}"
+    read.__name__ = f"read_{path.name.removesuffix('.md').removesuffix('.json')}"
     return read
 
 
