@@ -181,7 +181,7 @@ def assert_isolated(
     try:
         for form in wanted:
             if form is not None:
-                model_fn.form = form
+                setattr(model_fn, "form", form)  # a generated model's switch (checked above), any callable's type
             label = f"form {form!r}: " if form is not None else ""
             result = check_isolation(model_fn, ids, documents, positions, vocab=vocab, sample=sample, seed=seed)
             tokens.append(result)
@@ -195,7 +195,7 @@ def assert_isolated(
                     failures.append(label + moved.message())
     finally:
         if forms is not None:
-            model_fn.form = original
+            setattr(model_fn, "form", original)
     if failures:
         from tensorcad.runtime.certification import failure_hints
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .errors import TensorcadError
 from .faces import keep_moved_paths, lazy
 
-__version__ = "0.12.0"
+__version__ = "0.13.0"  # the same as pyproject.toml's (tests/test_public_api.py holds both)
 
 # Everything but the error type loads on first use, so `import tensorcad` stays quick and torch-free, and
 # the pytest plugin (tensorcad.testing.plugin, loaded in every session of an environment that installs

@@ -186,3 +186,13 @@ def test_nothing_in_the_repository_imports_an_old_path():
              for n, line in enumerate(path.read_text().splitlines(), 1) if (m := by_name.search(line))
              and any(f"{m.group(1)}.{name.split(' as ')[0].strip()}" in MOVED for name in m.group(2).split(","))]
     assert found == []
+
+
+def test_the_version_is_pyprojects():
+    import tomllib
+
+    import tensorcad
+
+    assert tensorcad.__version__ == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    run = subprocess.run([sys.executable, "-m", "tensorcad.cli", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert run.stdout.strip() == f"tensorcad {tensorcad.__version__}", run.stdout + run.stderr
