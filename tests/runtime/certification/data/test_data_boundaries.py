@@ -137,3 +137,21 @@ def test_bad_input_is_named():
     unreadable = check_data_boundaries({"input_ids": ids, "position_ids": np.asarray([[1, 2, 3, 4, 5, 6]])}, [[6]])
     assert [f.kind for f in unreadable.findings] == ["unreadable"]
     assert not check_data_boundaries({"input_ids": ids}, [[6]]).passed  # no form at all is no certificate
+
+
+def test_trls_sft_packing_path_gives_the_packers_lengths_in_every_form():
+    datasets = pytest.importorskip("datasets", reason="datasets is in the trl extra")
+    trl_data = pytest.importorskip("trl.data_utils", reason="TRL is an optional extra (pip install 'tensorcad[trl]')")
+    sft = pytest.importorskip("trl.trainer.sft_trainer")
+    lengths = np.random.default_rng(2).integers(1, 30, size=40).tolist()
+    data = datasets.Dataset.from_dict({"input_ids": [list(range(10, 10 + n)) for n in lengths]})
+    packed = list(trl_data.pack_dataset(data, 32, strategy="bfd"))
+    batch = sft.DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(packed)
+    flat = [[n for example in packed for n in example["seq_lengths"]]]  # the collator flattens the rows into one
+    result = check_data_boundaries(batch, flat)
+    assert result.passed, result.message
+    assert result.forms == ("position_ids", "cu_seq_lens_q", "seq_idx") and result.documents == len(lengths)
+    # the same packed rows collated without padding_free carry no boundaries at all: documents attend each other
+    padded = sft.DataCollatorForLanguageModeling(pad_token_id=0)(packed)
+    unseen = check_data_boundaries(padded, [example["seq_lengths"] for example in packed])
+    assert not unseen.passed and unseen.forms == ()
