@@ -181,3 +181,32 @@ def test_string_ids_name_the_first_example():
     ids = [f"doc-{i}" for i in range(50)]
     result = check_coverage(ids, [{"id": ids[:20] + ids[21:]}, {"id": ids[30:31]}], pieces=Examples())
     assert (result.first_lost, result.first_duplicated, result.lost, result.duplicated) == ("doc-20", "doc-30", 1, 1)
+
+
+def test_a_map_style_dataset_shuffled_by_the_stateful_loaders_sampler_resumes_whole():
+    # the recipe that passes: the sampler's permutation is in the state_dict, so the resume continues it
+    datasets = pytest.importorskip("datasets", reason="datasets is in the trl extra")
+    stateful = pytest.importorskip("torchdata.stateful_dataloader", reason="pip install torchdata")
+    data = datasets.Dataset.from_dict({"id": list(range(N))})
+    make = lambda: stateful.StatefulDataLoader(data, batch_size=BATCH, shuffle=True, num_workers=2,  # noqa: E731
+                                               generator=torch.Generator().manual_seed(0))
+    result = check_coverage(range(N), make, resume_at=SAVE_AT)
+    assert result.passed, result.message
+    counts = _resumed_ids(make)
+    assert sorted(counts) == list(range(N)) and set(counts.values()) == {1}  # the test's own count agrees
+
+
+def test_ranks_split_by_node_cover_the_epoch_and_unsplit_ranks_each_repeat_it():
+    datasets = pytest.importorskip("datasets", reason="datasets is in the trl extra")
+    from datasets.distributed import split_dataset_by_node
+
+    stream = datasets.Dataset.from_dict({"id": list(range(300))}).to_iterable_dataset(num_shards=3)
+
+    def ranks(split: bool):
+        for rank in range(2):
+            part = split_dataset_by_node(stream, rank=rank, world_size=2) if split else stream
+            yield from torch.utils.data.DataLoader(part, batch_size=10)
+
+    assert check_coverage(range(300), ranks(True)).passed
+    unsplit = check_coverage(range(300), ranks(False))
+    assert (unsplit.duplicated, unsplit.most_copies, unsplit.lost) == (300, 2, 0)
