@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -244,5 +244,88 @@ def first_named(ids: Iterable[Any], groups: list[np.ndarray], path: str = "ids",
         look(batch)
     return names
 
+POLICIES = ("whole", "split", "truncate")
 
-__all__ = ["COMPACT_EVERY", "PIECES", "Differences", "Digest", "Tally", "differences", "first_named", "hash_ids"]
+
+@dataclass(frozen=True)
+class Counted:
+    """One side of a coverage count: a digest and what it counted (merged exactly, per shard or per rank)."""
+
+    digest: Digest  # what was seen, less what was due
+    units: int = 0  # the units (tokens or examples) seen
+    due: int = 0  # the units due
+    documents: int = 0
+    dropped: int = 0  # units cut by a declared truncation
+    batches: int = 0
+    error: str | None = None  # a loader that raised: one line
+
+    def merge(self, *others: "Counted") -> "Counted":
+        parts = (self, *others)
+        return Counted(self.digest.merge(*(o.digest for o in others)), sum(p.units for p in parts),
+                       sum(p.due for p in parts), sum(p.documents for p in parts), sum(p.dropped for p in parts),
+                       sum(p.batches for p in parts), next((p.error for p in parts if p.error), None))
+
+
+def merge_counted(*parts: Counted) -> Counted:
+    """Counts added exactly (a Dask tree's merge task)."""
+    return parts[0].merge(*parts[1:])
+
+
+def _documents(documents: Iterable[Any], unit: str, id_key: str, length_of: Callable[[Any], int] | str | None,
+               chunk: int = 4096):
+    """(ids, lengths) of the corpus in chunks; an example is one unit long."""
+    ids: list[Any] = []
+    lengths: list[int] = []
+    for i, doc in enumerate(documents):
+        if isinstance(doc, Mapping):
+            if id_key not in doc:
+                raise TensorcadError(f"documents[{i}]", f"a document has no {id_key!r} field")
+            ids.append(doc[id_key])
+        else:
+            ids.append(doc)
+        if unit == "example":
+            lengths.append(1)
+        elif callable(length_of):
+            lengths.append(int(length_of(doc)))
+        elif isinstance(doc, Mapping) and (length_of or "input_ids") in doc:
+            lengths.append(len(doc[length_of or "input_ids"]))
+        else:
+            raise TensorcadError(f"documents[{i}]", "counting tokens needs each document's length: give "
+                                                    "length_of (a field or a function) or an 'input_ids' field")
+        if len(ids) >= chunk:
+            yield ids, lengths
+            ids, lengths = [], []
+    if ids:
+        yield ids, lengths
+
+
+
+def _hashed(ids: list[Any], path: str) -> np.ndarray:
+    plain = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in ids)
+    return hash_ids(np.asarray(ids, dtype=np.int64 if plain else object), path)
+
+
+def due_of(documents: Iterable[Any], unit: str = "example", policy: str = "whole", max_length: int | None = None,
+           id_key: str = "id", length_of: Callable[[Any], int] | str | None = None) -> Counted:
+    """What ``documents`` should give under ``policy``: each document ``[0, length)`` (cut to ``max_length``).
+
+    Counted with sign -1, so that merged with what a loader gave it leaves only what differs.
+    A document is a mapping with ``id_key`` (or the id itself); its length is
+    1 when the unit is the example, else ``length_of`` (a field whose length it
+    is, or a function) or its ``input_ids``.
+    """
+    due = Tally(count_pieces=policy == "whole")
+    n = dropped = 0
+    for ids, lengths in _documents(documents, unit, id_key, length_of):
+        array = np.asarray(lengths, dtype=np.int64)
+        if policy == "truncate":
+            cut = np.minimum(array, max_length)
+            dropped += int((array - cut).sum())
+            array = cut
+        due.add(_hashed(ids, "documents"), np.zeros(len(ids), np.int64), array)
+        n += len(ids)
+    return Counted(due.digest().negated(), due=due.tokens, documents=n, dropped=dropped)
+
+
+__all__ = ["COMPACT_EVERY", "PIECES", "POLICIES", "Counted", "Differences", "Digest", "Tally", "differences", "due_of",
+           "first_named", "hash_ids", "merge_counted"]

@@ -27,12 +27,10 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from tensorcad.errors import TensorcadError, one_line
-from tensorcad.packing.corpus.digest import Tally, differences, first_named, hash_ids
+from tensorcad.packing.corpus.digest import POLICIES, Counted, Tally, differences, due_of, first_named
 
 from .pieces import reader_of
 
-POLICIES = ("whole", "split", "truncate")
-CHUNK = 4096  # documents hashed at once
 
 
 @dataclass(frozen=True)
@@ -126,41 +124,9 @@ def raised_line(error: BaseException) -> str:
     return one_line(f"{type(error).__name__}{where}{worker_note}: {message}")
 
 
-def _documents(documents: Iterable[Any], unit: str, id_key: str, length_of: Callable[[Any], int] | str | None):
-    """(ids, lengths) of the corpus in chunks; an example is one unit long."""
-    ids: list[Any] = []
-    lengths: list[int] = []
-    for i, doc in enumerate(documents):
-        if isinstance(doc, Mapping):
-            if id_key not in doc:
-                raise TensorcadError(f"documents[{i}]", f"a document has no {id_key!r} field")
-            ids.append(doc[id_key])
-        else:
-            ids.append(doc)
-        if unit == "example":
-            lengths.append(1)
-        elif callable(length_of):
-            lengths.append(int(length_of(doc)))
-        elif isinstance(doc, Mapping) and (length_of or "input_ids") in doc:
-            lengths.append(len(doc[length_of or "input_ids"]))
-        else:
-            raise TensorcadError(f"documents[{i}]", "counting tokens needs each document's length: give "
-                                                    "length_of (a field or a function) or an 'input_ids' field")
-        if len(ids) >= CHUNK:
-            yield ids, lengths
-            ids, lengths = [], []
-    if ids:
-        yield ids, lengths
-
-
 def _ids(documents: Iterable[Any], id_key: str):
     for doc in documents:
         yield doc[id_key] if isinstance(doc, Mapping) else doc
-
-
-def _hashed(ids: list[Any]) -> np.ndarray:
-    plain = all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in ids)
-    return hash_ids(np.asarray(ids, dtype=np.int64 if plain else object), "documents")
 
 
 def _run(loader: Any, read, tally: Tally, resume_at: int | None) -> int:
@@ -194,6 +160,57 @@ def _run(loader: Any, read, tally: Tally, resume_at: int | None) -> int:
     return batches
 
 
+def _checked(policy: str, max_length: int | None, resume_at: int | None, loader: Any) -> None:
+    if policy not in POLICIES:
+        raise TensorcadError("policy", f"expected one of {', '.join(POLICIES)}, got {policy!r}")
+    if policy == "truncate" and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
+        raise TensorcadError("max_length", f"the policy 'truncate' needs a positive max_length, got {max_length!r}")
+    if resume_at is not None and (isinstance(resume_at, bool) or not isinstance(resume_at, int) or resume_at < 0):
+        raise TensorcadError("resume_at", f"expected a number of batches >= 0, got {resume_at!r}")
+    if resume_at is not None and not callable(loader):
+        raise TensorcadError("loader", "a resume needs a function making the loader (one to save, one to restore)")
+
+
+def seen_of(loader: Any, pieces: Any = "examples", policy: str = "whole", resume_at: int | None = None) -> Counted:
+    """What one loader gave in an epoch (saved and resumed where asked), counted; a loader that raises, one line."""
+    read = reader_of(pieces)
+    seen = Tally(count_pieces=policy == "whole")
+    error = None
+    try:
+        batches = _run(loader, read, seen, resume_at)
+    except TensorcadError:
+        raise
+    except Exception as raised:  # the loader's own failure is the finding, contained as one line
+        error, batches = raised_line(raised), 0
+    return Counted(seen.digest(), seen.tokens, batches=batches, error=error)
+
+
+def unit_of(pieces: Any) -> str:
+    return getattr(reader_of(pieces), "unit", "token")
+
+
+def verdict(counted: Counted, *, policy: str, unit: str, resume_at: int | None = None,
+            name: Callable[[list[np.ndarray]], list[Any]] | None = None, seconds: float = 0.0) -> CoverageResult:
+    """The result of what was seen merged with what was due (``Counted.merge``, per shard or rank, in any order).
+
+    ``name`` finds the first id, in the corpus's order, of each group of keys.
+    """
+    diff = differences(counted.digest)
+    lost_keys, dup_keys = diff.keys[diff.lost > 0], diff.keys[diff.duplicated > 0]
+    first_lost = first_dup = None
+    if counted.error is None and name is not None and (len(lost_keys) or len(dup_keys)):
+        first_lost, first_dup = name([lost_keys, dup_keys])
+    split = int(((diff.extra_pieces > 0) & (diff.lost == 0) & (diff.duplicated == 0)).sum())
+    return CoverageResult(
+        policy=policy, unit=unit, documents=counted.documents, due=counted.due, seen=counted.units,
+        lost=diff.lost_tokens, duplicated=diff.duplicated_tokens,
+        documents_lost=len(lost_keys), documents_duplicated=len(dup_keys),
+        most_copies=int(diff.copies.max(initial=1)), split_documents=split if policy == "whole" else 0,
+        dropped=counted.dropped, first_lost=first_lost, first_duplicated=first_dup, batches=counted.batches,
+        resumed_at=resume_at, error=counted.error, seconds=seconds,
+        figures={"digest_events": len(counted.digest)})
+
+
 def check_coverage(documents: Iterable[Any], loader: Any, *, pieces: Any = "examples", policy: str = "whole",
                    max_length: int | None = None, resume_at: int | None = None, id_key: str = "id",
                    length_of: Callable[[Any], int] | str | None = None) -> CoverageResult:
@@ -206,50 +223,14 @@ def check_coverage(documents: Iterable[Any], loader: Any, *, pieces: Any = "exam
     ``load_state_dict``, as torchdata's ``StatefulDataLoader``). ``pieces``:
     ``"examples"``, ``"tokens"`` or a reader (``Examples``, ``Tokens``).
     """
-    if policy not in POLICIES:
-        raise TensorcadError("policy", f"expected one of {', '.join(POLICIES)}, got {policy!r}")
-    if policy == "truncate" and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
-        raise TensorcadError("max_length", f"the policy 'truncate' needs a positive max_length, got {max_length!r}")
-    if resume_at is not None and (isinstance(resume_at, bool) or not isinstance(resume_at, int) or resume_at < 0):
-        raise TensorcadError("resume_at", f"expected a number of batches >= 0, got {resume_at!r}")
-    if resume_at is not None and not callable(loader):
-        raise TensorcadError("loader", "a resume needs a function making the loader (one to save, one to restore)")
-    read = reader_of(pieces)
-    unit = getattr(read, "unit", "token")
+    _checked(policy, max_length, resume_at, loader)
+    unit = unit_of(pieces)
     started = time.perf_counter()
-    seen = Tally(count_pieces=policy == "whole")
-    error = None
-    try:
-        batches = _run(loader, read, seen, resume_at)
-    except TensorcadError:
-        raise
-    except Exception as raised:  # the loader's own failure is the finding, contained as one line
-        error, batches = raised_line(raised), 0
-    due = Tally(count_pieces=policy == "whole")
-    n_documents = dropped = 0
-    for ids, lengths in _documents(documents, unit, id_key, length_of):
-        lengths_array = np.asarray(lengths, dtype=np.int64)
-        if policy == "truncate":
-            cut = np.minimum(lengths_array, max_length)
-            dropped += int((lengths_array - cut).sum())
-            lengths_array = cut
-        due.add(_hashed(ids), np.zeros(len(ids), np.int64), lengths_array)
-        n_documents += len(ids)
-    seen_digest = seen.digest()
-    diff = differences(seen_digest.merge(due.digest().negated()))
-    lost_keys, dup_keys = diff.keys[diff.lost > 0], diff.keys[diff.duplicated > 0]
-    first_lost = first_dup = None
-    if error is None and (len(lost_keys) or len(dup_keys)):
-        first_lost, first_dup = first_named(_ids(documents, id_key), [lost_keys, dup_keys], "documents")
-    split = int(((diff.extra_pieces > 0) & (diff.lost == 0) & (diff.duplicated == 0)).sum())
-    return CoverageResult(
-        policy=policy, unit=unit, documents=n_documents, due=due.tokens, seen=seen.tokens,
-        lost=diff.lost_tokens, duplicated=diff.duplicated_tokens,
-        documents_lost=len(lost_keys), documents_duplicated=len(dup_keys),
-        most_copies=int(diff.copies.max(initial=1)), split_documents=split if policy == "whole" else 0,
-        dropped=dropped, first_lost=first_lost, first_duplicated=first_dup, batches=batches,
-        resumed_at=resume_at, error=error, seconds=time.perf_counter() - started,
-        figures={"digest_events": len(seen_digest)})
+    seen = seen_of(loader, pieces, policy, resume_at)
+    due = due_of(documents, unit, policy, max_length, id_key, length_of)
+    return verdict(seen.merge(due), policy=policy, unit=unit, resume_at=resume_at,
+                   name=lambda groups: first_named(_ids(documents, id_key), groups, "documents"),
+                   seconds=time.perf_counter() - started)
 
 
-__all__ = ["CoverageResult", "POLICIES", "check_coverage", "raised_line"]
+__all__ = ["CoverageResult", "POLICIES", "check_coverage", "raised_line", "seen_of", "unit_of", "verdict"]
