@@ -248,7 +248,7 @@ POLICIES = ("whole", "split", "truncate")
 
 
 @dataclass(frozen=True)
-class Counted:
+class CoverageCount:
     """One side of a coverage count: a digest and what it counted (merged exactly, per shard or per rank)."""
 
     digest: Digest  # what was seen, less what was due
@@ -259,14 +259,14 @@ class Counted:
     batches: int = 0
     error: str | None = None  # a loader that raised: one line
 
-    def merge(self, *others: "Counted") -> "Counted":
+    def merge(self, *others: "CoverageCount") -> "CoverageCount":
         parts = (self, *others)
-        return Counted(self.digest.merge(*(o.digest for o in others)), sum(p.units for p in parts),
+        return CoverageCount(self.digest.merge(*(o.digest for o in others)), sum(p.units for p in parts),
                        sum(p.due for p in parts), sum(p.documents for p in parts), sum(p.dropped for p in parts),
                        sum(p.batches for p in parts), next((p.error for p in parts if p.error), None))
 
 
-def merge_counted(*parts: Counted) -> Counted:
+def merge_counted(*parts: CoverageCount) -> CoverageCount:
     """Counts added exactly (a Dask tree's merge task)."""
     return parts[0].merge(*parts[1:])
 
@@ -306,10 +306,10 @@ def _hashed(ids: list[Any], path: str) -> np.ndarray:
 
 
 def due_of(documents: Iterable[Any], unit: str = "example", policy: str = "whole", max_length: int | None = None,
-           id_key: str = "id", length_of: Callable[[Any], int] | str | None = None) -> Counted:
+           id_key: str = "id", length_of: Callable[[Any], int] | str | None = None) -> CoverageCount:
     """What ``documents`` should give under ``policy``: each document ``[0, length)`` (cut to ``max_length``).
 
-    Counted with sign -1, so that merged with what a loader gave it leaves only what differs.
+    CoverageCount with sign -1, so that merged with what a loader gave it leaves only what differs.
     A document is a mapping with ``id_key`` (or the id itself); its length is
     1 when the unit is the example, else ``length_of`` (a field whose length it
     is, or a function) or its ``input_ids``.
@@ -324,8 +324,8 @@ def due_of(documents: Iterable[Any], unit: str = "example", policy: str = "whole
             array = cut
         due.add(_hashed(ids, "documents"), np.zeros(len(ids), np.int64), array)
         n += len(ids)
-    return Counted(due.digest().negated(), due=due.tokens, documents=n, dropped=dropped)
+    return CoverageCount(due.digest().negated(), due=due.tokens, documents=n, dropped=dropped)
 
 
-__all__ = ["COMPACT_EVERY", "PIECES", "POLICIES", "Counted", "Differences", "Digest", "Tally", "differences", "due_of",
+__all__ = ["COMPACT_EVERY", "PIECES", "POLICIES", "CoverageCount", "Differences", "Digest", "Tally", "differences", "due_of",
            "first_named", "hash_ids", "merge_counted"]

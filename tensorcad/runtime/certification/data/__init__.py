@@ -4,6 +4,10 @@
   ids a loader carries (``Examples``, ``Tokens``, ``provenance``);
 - ``coverage``: ``data[coverage]``, every unit of an epoch once (or as the
   declared policy says), across workers, shuffling and a resume;
+- ``at_scale``: coverage of a sharded corpus on the Dask engine, per-shard and
+  per-rank digests merged on the cluster;
+- ``checks``: the registry's ``data[coverage]`` and ``data[boundaries]`` on a
+  ``DataSubject``;
 - ``boundaries``: ``data[boundaries]``, the boundaries the model receives equal
   the packer's document lengths.
 

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from tensorcad.errors import TensorcadError, one_line
-from tensorcad.packing.corpus.digest import POLICIES, Counted, Tally, differences, due_of, first_named
+from tensorcad.packing.corpus.digest import POLICIES, CoverageCount, Tally, differences, due_of, first_named
 
 from .pieces import reader_of
 
@@ -160,7 +160,7 @@ def _run(loader: Any, read, tally: Tally, resume_at: int | None) -> int:
     return batches
 
 
-def _checked(policy: str, max_length: int | None, resume_at: int | None, loader: Any) -> None:
+def checked_settings(policy: str, max_length: int | None, resume_at: int | None, loader: Any) -> None:
     if policy not in POLICIES:
         raise TensorcadError("policy", f"expected one of {', '.join(POLICIES)}, got {policy!r}")
     if policy == "truncate" and (isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 1):
@@ -171,7 +171,7 @@ def _checked(policy: str, max_length: int | None, resume_at: int | None, loader:
         raise TensorcadError("loader", "a resume needs a function making the loader (one to save, one to restore)")
 
 
-def seen_of(loader: Any, pieces: Any = "examples", policy: str = "whole", resume_at: int | None = None) -> Counted:
+def seen_of(loader: Any, pieces: Any = "examples", policy: str = "whole", resume_at: int | None = None) -> CoverageCount:
     """What one loader gave in an epoch (saved and resumed where asked), counted; a loader that raises, one line."""
     read = reader_of(pieces)
     seen = Tally(count_pieces=policy == "whole")
@@ -182,16 +182,16 @@ def seen_of(loader: Any, pieces: Any = "examples", policy: str = "whole", resume
         raise
     except Exception as raised:  # the loader's own failure is the finding, contained as one line
         error, batches = raised_line(raised), 0
-    return Counted(seen.digest(), seen.tokens, batches=batches, error=error)
+    return CoverageCount(seen.digest(), seen.tokens, batches=batches, error=error)
 
 
 def unit_of(pieces: Any) -> str:
     return getattr(reader_of(pieces), "unit", "token")
 
 
-def verdict(counted: Counted, *, policy: str, unit: str, resume_at: int | None = None,
+def verdict(counted: CoverageCount, *, policy: str, unit: str, resume_at: int | None = None,
             name: Callable[[list[np.ndarray]], list[Any]] | None = None, seconds: float = 0.0) -> CoverageResult:
-    """The result of what was seen merged with what was due (``Counted.merge``, per shard or rank, in any order).
+    """The result of what was seen merged with what was due (``CoverageCount.merge``, per shard or rank, in any order).
 
     ``name`` finds the first id, in the corpus's order, of each group of keys.
     """
@@ -223,7 +223,7 @@ def check_coverage(documents: Iterable[Any], loader: Any, *, pieces: Any = "exam
     ``load_state_dict``, as torchdata's ``StatefulDataLoader``). ``pieces``:
     ``"examples"``, ``"tokens"`` or a reader (``Examples``, ``Tokens``).
     """
-    _checked(policy, max_length, resume_at, loader)
+    checked_settings(policy, max_length, resume_at, loader)
     unit = unit_of(pieces)
     started = time.perf_counter()
     seen = seen_of(loader, pieces, policy, resume_at)
