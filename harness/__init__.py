@@ -11,6 +11,8 @@ assert_closed_form(design, op, rel=0.02)
 assert_block_counts_agree(design, op, rows=64)
 assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model, packed position_ids
 assert_cp_plan(plan, batch, world_size)                     # a context-parallel split loses and leaks nothing
+assert_data_coverage(corpus, make_loader, resume_at=37)     # every example of an epoch once, across a resume
+assert_data_boundaries(batch, lengths, eos_id=eos)          # the boundaries the model gets are the packer's
 ```
 
 None of these needs pytest. Names load on first use, so the plugin (which
@@ -38,6 +40,8 @@ _LAZY = {
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",
     "assert_cp_plan": "harness.context_parallel",
+    "assert_data_coverage": "harness.data",
+    "assert_data_boundaries": "harness.data",
     "adapt": "tensorcad.hf",
     "call": "tensorcad.hf",
     "hf_causal_lm": "tensorcad.hf",

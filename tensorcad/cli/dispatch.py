@@ -30,6 +30,7 @@ from .operating_point import add_operating_point
 from .options import add_model_options
 from .options import EXIT_BAD_INPUT, add_certify_options, add_import_options, escaped, filename, integer
 from .views import add_view_commands
+from .data_command import add_certify_data
 
 
 class _Parser(argparse.ArgumentParser):
@@ -155,6 +156,8 @@ def parser() -> argparse.ArgumentParser:
     add_certify_options(p)
     add_model_options(p)
     p.add_argument("--json", action="store_true", help="print the checks as JSON, without progress")
+
+    add_certify_data(command)
 
     p = command("smoke-train", "Train the scaled model a few hundred steps and report a falling loss. "
                 "Minutes on a CPU: the defaults took 348-755 s on 2 shared cores; the time goes as "

@@ -109,18 +109,34 @@ def packing_path(model: Any, batch: Mapping[str, Any]) -> PathReport:
     return PathReport(paths_of(record_forward(model, batch), documents_of(batch)))
 
 
+def data_findings(batch: Mapping[str, Any], lengths: Any, eos_id: int | None = None) -> list[Finding]:
+    """``data[boundaries]`` on the batch the model received: each boundary unlike the packer's, a finding."""
+    from tensorcad.runtime.certification import check_data_boundaries
+
+    lengths = lengths(batch) if callable(lengths) else lengths
+    result = check_data_boundaries(batch, lengths, eos_id=eos_id)
+    if not result.forms:
+        return [Finding("data[boundaries]", result.message)]
+    return [Finding(f"data[boundaries] {f.form}", f.message.split(": ", 1)[1]) for f in result.findings]
+
+
 def check_batch(model: Any, batch: Mapping[str, Any], *, calls: list[AttentionCall] | None = None,
                 certify_on: Any = None, certificates: Iterable[str] = CERTIFICATES,
-                on: str = "the replica") -> GuardReport:
+                on: str = "the replica", lengths: Any = None, eos_id: int | None = None) -> GuardReport:
     """The guard's verdict on ``batch`` as ``model`` receives it.
 
     ``calls``: the attention calls already recorded on the real step (else one
     recorded forward runs here); ``certify_on``: the model the step certificates
     run on with this batch (a replica of ``model``, or ``model`` itself; None: none run).
+    ``lengths``: the packer's document lengths of this batch (a list a row, or a
+    function of the batch), to hold the boundaries the model received to them
+    (``data[boundaries]``; with ``eos_id``, the EOS-derived ones too).
     """
     from tensorcad.runtime.certification import certify_step
 
     findings = audit_batch(model, batch)
+    if lengths is not None:
+        findings += data_findings(batch, lengths, eos_id)
     if calls is None:
         calls = record_forward(model, batch)
     paths = paths_of(calls, documents_of(batch))

@@ -72,7 +72,8 @@ class Guard:
     """The guard of one training run."""
 
     def __init__(self, *, first: int = 1, every: int | None = None, certificates: Iterable[str] = CERTIFICATES,
-                 certify_on: Any = "replica", on_failure: str = "raise"):
+                 certify_on: Any = "replica", on_failure: str = "raise", lengths: Any = None,
+                 eos_id: int | None = None):
         if not isinstance(first, int) or first < 0:
             raise TensorcadError("first", f"the steps audited first are a count >= 0, not {first!r}")
         if every is not None and (not isinstance(every, int) or every < 1):
@@ -82,6 +83,8 @@ class Guard:
         self.first, self.every, self.on_failure = first, every, on_failure
         self.certificates = tuple(certificates)
         self.certify_on = certify_on
+        # data[boundaries] on each audited batch: the packer's lengths (a function of the batch the model got)
+        self.lengths, self.eos_id = lengths, eos_id
         self.reports: list[tuple[int, GuardReport]] = []
         self.seconds = 0.0
         self.stop_requested = False
@@ -133,7 +136,8 @@ class Guard:
         started = time.perf_counter()
         target = self._target(model)
         on = "the replica" if target is not None and isinstance(self.certify_on, str) and is_hf(model) else "the model"
-        report = check_batch(model, batch, calls=calls, certify_on=target, certificates=self.certificates, on=on)
+        report = check_batch(model, batch, calls=calls, certify_on=target, certificates=self.certificates, on=on,
+                             lengths=self.lengths, eos_id=self.eos_id)
         self.seconds += time.perf_counter() - started
         self.reports.append((step_number, report))
         if not report.passed:

@@ -17,7 +17,7 @@ def _run(*argv):
 def test_the_commands_are_the_documented_ones():
     assert set(COMMANDS) == {"presets", "catalog", "show", "validate", "analyze", "rules", "codegen", "verify",
                              "certify", "smoke-train", "trace", "editor", "mcp", "new", "import-hf",
-                             "lengths", "walkthrough", "mask-preview"}
+                             "lengths", "walkthrough", "mask-preview", "certify-data"}
 
 
 @pytest.mark.parametrize("command", COMMANDS)

@@ -6,7 +6,9 @@ tasks on the cluster (eight at a time), so no machine ever holds more than a
 partition and a few histograms; the result is exact. A Hugging Face ``Dataset``
 (``datasets.load_from_disk``, or built in memory) is read here, batch by batch
 of its Arrow table. ``count_on_cluster`` sends the shards of a corpus on disk
-to a cluster's workers, one task a shard (``tensorcad lengths --engine dask``).
+to a cluster's workers, one task a shard (``tensorcad lengths --engine dask``);
+``coverage_on_cluster`` counts ``data[coverage]`` there the same way, each shard's
+digest and each loader's a task, merged in a tree (only what differs comes back).
 
 Dask rather than Ray Data: a histogram is a map over partitions and a
 reduction, which ``dask.delayed`` writes as a tree over any collection with no
@@ -29,8 +31,9 @@ import numpy as np
 
 from tensorcad.errors import TensorcadError
 
+from .digest import CoverageCount, due_of, first_named, merge_counted
 from .histogram import Lengths
-from .reading import BATCH, Counting, Tally, checked_lengths, count_file, lengths_of_counts
+from .reading import BATCH, Counting, Tally, checked_lengths, count_file, lengths_of_counts, records
 from .shards import Counted, shards_of
 
 FAN_IN = 8  # histograms a merge task adds at once
@@ -69,11 +72,11 @@ def counted_on(dataset, counting: Counting) -> tuple[Lengths, int]:
     return lengths_of_counts([merged], WHERE)
 
 
-def _tree(parts: list):
-    """Histograms merged in a tree of tasks, ``FAN_IN`` at a time."""
+def _tree(parts: list, merging=None):
+    """Histograms (or coverage counts) merged in a tree of tasks, ``FAN_IN`` at a time."""
     import dask
 
-    merge = dask.delayed(merge_counts, pure=True)
+    merge = dask.delayed(merging or merge_counts, pure=True)
     while len(parts) > 1:
         parts = [merge(*parts[i:i + FAN_IN]) for i in range(0, len(parts), FAN_IN)]
     return parts[0]
@@ -182,3 +185,54 @@ def count_on_cluster(sources: Iterable[str | Path], counting: Counting = Countin
         engaged = len(client.nthreads())
     lengths, empty = lengths_of_counts([merged], sources[0] if len(sources) == 1 else ", ".join(sources))
     return Counted(lengths, empty, len(shards), engaged)
+
+
+# -- coverage: per-shard digests merged on the cluster (data[coverage] at scale) -----------------------------
+
+
+def shard_due(path: str, unit: str, policy: str, max_length: int | None, id_key: str,
+              length_of: str | None) -> CoverageCount:
+    """What one JSONL shard's documents should give (its digest with sign -1): a task on a worker."""
+    return due_of(records(path), unit, policy, max_length, id_key, length_of)
+
+
+def shard_first(path: str, groups: list[np.ndarray], id_key: str) -> list:
+    """The first id in one shard of each group of keys (None where none is): naming a failure's first examples."""
+    ids = (r.get(id_key) if isinstance(r, dict) else r for r in records(path))
+    return first_named(ids, groups, path)
+
+
+def _part(make) -> CoverageCount:
+    return make()
+
+
+def coverage_on_cluster(sources: Iterable[str | Path], seen_parts: list, *, unit: str = "example",
+                        policy: str = "whole", max_length: int | None = None, id_key: str = "id",
+                        length_of: str | None = None, wanted=None, workers: int = 2,
+                        scheduler: str | None = None) -> tuple[CoverageCount, list, int, int]:
+    """One epoch's coverage counted on a Dask cluster, shard by shard and part by part.
+
+    Each JSONL shard's due digest and each of ``seen_parts`` (functions
+    returning a ``CoverageCount``: a rank's or a worker's loader counted where it
+    runs) is a task; they merge in a tree there, so what comes back is only
+    what differs. ``wanted(merged)`` gives groups of keys to name: each shard
+    finds its first id of each, and the first shard with one names it. Returns
+    (merged, names, shards, workers engaged).
+    """
+    import dask
+
+    shards = shards_of([str(s) for s in sources])
+    with cluster(scheduler, workers) as client:
+        due = dask.delayed(shard_due, pure=True)
+        seen = dask.delayed(_part, pure=False)  # a loader: run it every time asked
+        parts = [due(str(s), unit, policy, max_length, id_key, length_of) for s in shards]
+        parts += [seen(make) for make in seen_parts]
+        (merged,) = dask.compute(_tree(parts, merge_counted))
+        groups = wanted(merged) if wanted is not None else []
+        names: list = [None] * len(groups)
+        if any(len(g) for g in groups):
+            first = dask.delayed(shard_first, pure=True)
+            for found in dask.compute(*[first(str(s), groups, id_key) for s in shards]):
+                names = [n if n is not None else f for n, f in zip(names, found)]
+        engaged = len(client.nthreads())
+    return merged, names, len(shards), engaged

@@ -122,6 +122,15 @@ def _records(path: Path, seen: Callable[[int], None]) -> Iterator[tuple[int, obj
             yield number, parse_json(text, f"{path}:{number}")  # bounded: depth, digits, a key once
 
 
+def records(path: str | Path) -> Iterator[object]:
+    """Each JSON value of a JSONL corpus file (compressed or not), read a bounded line at a time."""
+    path = _file(path)
+    if kind_of(path) != "jsonl":
+        raise TensorcadError(str(path), "expected a JSONL corpus (.jsonl or .ndjson, .gz or .zst): one document a line")
+    for _, record in _records(path, lambda _: None):
+        yield record
+
+
 def _jsonl(path: Path, counting: Counting, seen: Callable[[int], None]) -> Iterator[tuple[bool, list]]:
     """Batches of one field's values, and whether they are lengths (the field chosen from the first record)."""
     key, lengths, batch = None, False, []

@@ -16,12 +16,14 @@ certified:
 - ``parallel/``: the context-parallel shard plan and each rank's attention;
 - ``design/``: a design's own checks: closed forms, block counts and kept
   scores, goldens, verify's own;
+- ``data/``: the data path, on a corpus and the user's loader: coverage of an
+  epoch across workers, shuffling and a resume; the boundaries the model receives;
 - ``subjects/``: a user's own model, and a Hugging Face model directory, as the
   subject the checks read.
 
 Each room's layering is a contract in pyproject.toml (``certification-rooms``):
-``step`` may use ``forward``, ``forward`` never uses ``step``, ``parallel`` and
-``design`` use neither. Imports ``building`` (the subject) and nothing of
+``step`` may use ``forward``, ``forward`` never uses ``step``, ``parallel``,
+``design`` and ``data`` use neither. Imports ``building`` (the subject) and nothing of
 ``training``.
 """
 
@@ -95,6 +97,17 @@ _LAZY = {
     "plan_of": ".parallel.plan:plan_of",
     "batch_of": ".parallel.plan:batch_of",
     "check_cp_faithful": ".parallel.faithful:check_cp_faithful",
+    # the data path: a corpus and the user's loader (data/)
+    "DATA_CHECKS": ".data.checks:DATA_CHECKS",
+    "DataSubject": ".data.checks:DataSubject",
+    "check_coverage": ".data.coverage:check_coverage",
+    "CoverageResult": ".data.coverage:CoverageResult",
+    "check_data_boundaries": ".data.boundaries:check_data_boundaries",
+    "DataBoundariesResult": ".data.boundaries:DataBoundariesResult",
+    "provenance_lengths": ".data.boundaries:provenance_lengths",
+    "provenance": ".data.pieces:provenance",
+    "Examples": ".data.pieces:Examples",
+    "Tokens": ".data.pieces:Tokens",
     "import_factory": ".subjects.model:import_factory",
     "collated_batch": ".subjects.model:collated_batch",
     "vocab_of_model": ".subjects.model:vocab_of_model",

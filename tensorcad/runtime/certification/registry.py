@@ -34,6 +34,7 @@ from .forward.calls import ModelRaised
 from .design.masks import block_agreements, block_counts_check, compared_masks, kept_scores_check  # noqa: F401
 from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
 from .design.checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
+from .data.checks import DATA_CHECKS, coverage_check, data_boundaries_check  # noqa: F401 (numpy only at import)
 
 Progress = Callable[[str, int, int], None]  # (check about to run, checks done, checks in all)
 
@@ -189,6 +190,13 @@ REGISTRY: dict[str, Spec] = {spec.name: spec for spec in (
     Spec("cp-plan", "each sharding the analysis counts, over two ranks, puts every token on one rank and "
                     "each rank's attention over its shard with the gathered keys equal to the unsharded",
          _cp_plan),
+    # The data path, on a DataSubject (a corpus and the user's loader), never on a design: `certify-data`.
+    Spec("data[coverage]", "every (document, token span) of an epoch comes out of the loader once, or as the "
+                           "declared policy says, across its workers, shuffling and a save and resume",
+         coverage_check),
+    Spec("data[boundaries]", "the boundaries the loader's first batches give the model (position_ids, "
+                             "cu_seq_lens_q, seq_idx, documents, EOS) equal the packer's own document lengths",
+         data_boundaries_check),
 )}
 
 CERTIFY = ("rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",

@@ -149,7 +149,10 @@ def test_each_check_says_what_it_holds_the_design_to():
 
     from tensorcad.runtime.certification.registry import OPT_IN
 
-    assert set(CERTIFY) | set(OPT_IN) | set(VERIFY) | set(MODEL_CHECKS) == set(REGISTRY)
+    from tensorcad.runtime.certification.registry import DATA_CHECKS
+
+    assert set(CERTIFY) | set(OPT_IN) | set(VERIFY) | set(MODEL_CHECKS) | set(DATA_CHECKS) == set(REGISTRY)
+    assert not set(DATA_CHECKS) & (set(CERTIFY) | set(VERIFY))  # on a corpus and a loader, never on a design
     assert set(GOLDENS) <= set(CERTIFY) and not set(GOLDENS) & set(VERIFY)
     assert not set(OPT_IN) & set(CERTIFY) and set(OPT_IN) <= set(VERIFY)  # asked for by name; verify runs it
     assert all(len(spec.holds) > 20 for spec in REGISTRY.values())

@@ -1,0 +1,86 @@
+"""data[coverage] of a sharded corpus: per-shard and per-rank counts merged equal the one-process count.
+
+Without a cluster (the default suite): each shard's due count and each rank's
+seen count merged by hand in a scrambled grouping give check_coverage's
+verdict, figure for figure. On a local Dask cluster of 2 worker processes
+(-m slow: it takes seconds to start): check_coverage_on_cluster gives it too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tensorcad.packing.corpus.digest import first_named
+from tensorcad.packing.corpus.engines import shard_due, shard_first
+from tensorcad.runtime.certification.data.coverage import check_coverage, seen_of, verdict
+
+SHARDS, PER_SHARD = 4, 250
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sharded")
+    documents = [{"id": f"doc-{i}", "text": "x" * (i % 13)} for i in range(SHARDS * PER_SHARD)]
+    for s in range(SHARDS):
+        with open(folder / f"part-{s}.jsonl", "w") as f:
+            for d in documents[s * PER_SHARD:(s + 1) * PER_SHARD]:
+                f.write(json.dumps(d) + "\n")
+    return folder, documents
+
+
+def _ranks(documents, faulty: bool) -> list[list[dict]]:
+    """Two ranks' batches: each half of the corpus; faulty, rank 1 loses its first 7 and repeats 10 of rank 0's."""
+    ids = [d["id"] for d in documents]
+    half = len(ids) // 2
+    rank0, rank1 = ids[:half], ids[half:]
+    if faulty:
+        rank1 = rank0[100:110] + rank1[7:]
+    return [[{"id": r[i:i + 16]} for i in range(0, len(r), 16)] for r in (rank0, rank1)]
+
+
+def _figures(result) -> dict:
+    out = result.to_json()
+    for key in ("seconds", "message", "batches"):
+        out.pop(key)
+    return out
+
+
+@pytest.mark.parametrize("faulty", [False, True])
+def test_shards_and_ranks_counted_apart_merge_to_the_whole(corpus, faulty):
+    folder, documents = corpus
+    ranks = _ranks(documents, faulty)
+    whole = check_coverage(documents, [b for rank in ranks for b in rank])
+    shards = [shard_due(str(folder / f"part-{s}.jsonl"), "example", "whole", None, "id", None)
+              for s in range(SHARDS)]
+    seen = [seen_of(rank) for rank in ranks]
+    merged = shards[2].merge(seen[1]).merge(shards[0].merge(seen[0], shards[3]), shards[1])  # any grouping
+
+    def name(groups):
+        found = [shard_first(str(folder / f"part-{s}.jsonl"), groups, "id") for s in range(SHARDS)]
+        return [next((f[g] for f in found if f[g] is not None), None) for g in range(len(groups))]
+
+    result = verdict(merged, policy="whole", unit="example", name=name)
+    assert _figures(result) == _figures(whole)
+    assert result.passed is not faulty
+    if faulty:
+        assert (result.lost, result.duplicated) == (7, 10)  # rank 1's first 7 dropped; 10 of rank 0's repeated
+        assert (result.first_lost, result.first_duplicated) == ("doc-500", "doc-100")
+        assert first_named((d["id"] for d in documents), [seen[0].digest.keys[:0]]) == [None]
+
+
+@pytest.mark.slow  # a local Dask cluster of 2 worker processes: seconds to start
+def test_coverage_on_a_dask_cluster_equals_the_one_process_count(corpus):
+    pytest.importorskip("dask.distributed", reason="the engine is an optional extra (pip install 'tensorcad[dask]')")
+    from tensorcad.runtime.certification.data.at_scale import check_coverage_on_cluster
+
+    folder, documents = corpus
+    ranks = _ranks(documents, faulty=True)
+    result = check_coverage_on_cluster([folder], ranks, workers=2)
+    whole = check_coverage(documents, [b for rank in ranks for b in rank])
+    figures = _figures(result)
+    assert {k: v for k, v in figures.items() if k != "figures"} == {k: v for k, v in _figures(whole).items()
+                                                                     if k != "figures"}
+    assert (result.lost, result.duplicated, result.first_lost) == (7, 10, "doc-500")
+    assert result.figures["shards"] == SHARDS and result.figures["loaders"] == 2 and result.figures["workers"] == 2
