@@ -46,3 +46,31 @@ def sequences_of(inputs: dict):
             if mask[r, a:b].any():
                 out.append((r, a, b))
     return out
+
+
+def tiny_llama(seed: int = 0):
+    """A 2-layer Llama of hidden 32 on CPU, float32, eval mode: packing by restarting position_ids (sdpa)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                                      attn_implementation="sdpa", bos_token_id=None, eos_token_id=None,
+                                      pad_token_id=None)
+    return transformers.LlamaForCausalLM(config).eval()
+
+
+def token_batch(rows: list[list[int]], seed: int = 0) -> dict:
+    """Packed rows of random tokens (vocab 64), no padding: input_ids, restarting position_ids, a loss mask."""
+    batch = packed_batch(rows)
+    g = torch.Generator().manual_seed(seed)
+    batch["input_ids"] = torch.randint(1, 64, batch["input_ids"].shape, generator=g)
+    return batch
+
+
+def alone_logprobs(model, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One sequence run by itself, one call: (log p(token t+1 | ..t) for t < n-1, entropy at every t)."""
+    with torch.no_grad():
+        logits = model(input_ids=ids[None], position_ids=torch.arange(len(ids))[None]).logits[0].double()
+    logp = torch.log_softmax(logits, -1)
+    return logp[:-1].gather(-1, ids[1:, None])[:, 0], -(logp.exp() * logp).sum(-1)
