@@ -11,6 +11,7 @@ assert_closed_form(design, op, rel=0.02)
 assert_block_counts_agree(design, op, rows=64)
 assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model, packed position_ids
 assert_cp_plan(plan, batch, world_size)                     # a context-parallel split loses and leaks nothing
+assert_rl_aggregation(loss_fn, batch, "dr_grpo", framework="trl", constant=256, micro_batches=2)  # RL (harness.rl)
 ```
 
 None of these needs pytest. Names load on first use, so the plugin (which
@@ -38,6 +39,10 @@ _LAZY = {
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",
     "assert_cp_plan": "harness.context_parallel",
+    "assert_rl_aggregation": "harness.rl",
+    "assert_rl_logprobs": "harness.rl",
+    "assert_rl_alignment": "harness.rl",
+    "assert_rl_metrics": "harness.rl",
     "adapt": "tensorcad.hf",
     "call": "tensorcad.hf",
     "hf_causal_lm": "tensorcad.hf",
