@@ -13,6 +13,7 @@ assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model
 assert_cp_plan(plan, batch, world_size)                     # a context-parallel split loses and leaks nothing
 assert_data_coverage(corpus, make_loader, resume_at=37)     # every example of an epoch once, across a resume
 assert_data_boundaries(batch, lengths, eos_id=eos)          # the boundaries the model gets are the packer's
+assert_rl_aggregation(loss_fn, batch, "dr_grpo", framework="trl", constant=256, micro_batches=2)  # RL (harness.rl)
 ```
 
 None of these needs pytest. Names load on first use, so the plugin (which
@@ -42,6 +43,10 @@ _LAZY = {
     "assert_cp_plan": "harness.context_parallel",
     "assert_data_coverage": "harness.data",
     "assert_data_boundaries": "harness.data",
+    "assert_rl_aggregation": "harness.rl",
+    "assert_rl_logprobs": "harness.rl",
+    "assert_rl_alignment": "harness.rl",
+    "assert_rl_metrics": "harness.rl",
     "adapt": "tensorcad.hf",
     "call": "tensorcad.hf",
     "hf_causal_lm": "tensorcad.hf",

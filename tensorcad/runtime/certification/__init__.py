@@ -18,6 +18,9 @@ certified:
   scores, goldens, verify's own;
 - ``data/``: the data path, on a corpus and the user's loader: coverage of an
   epoch across workers, shuffling and a resume; the boundaries the model receives;
+- ``rl/``: reinforcement-learning post-training: the loss's aggregation mode over
+  packing, micro-batches and ranks, the log-prob path, per-sample tensors through
+  pack -> reorder -> unpack, logged metrics;
 - ``subjects/``: a user's own model, and a Hugging Face model directory, as the
   subject the checks read.
 
@@ -145,6 +148,20 @@ _LAZY = {
     "next_token_labels": ".step.next_token:next_token_labels",
     "next_token_loss": ".step.next_token:next_token_loss",
     "NEXT_TOKEN_REDUCTION": ".step.next_token:REDUCTION",
+    # reinforcement-learning post-training (issue 43)
+    "check_aggregation": ".rl.aggregation:check_aggregation",
+    "AggregationResult": ".rl.aggregation:AggregationResult",
+    "Accumulation": ".rl.aggregation:Accumulation",
+    "RL_MODES": ".rl.modes:MODES",
+    "RL_SETTINGS": ".rl.modes:SETTINGS",
+    "rl_setting": ".rl.modes:setting",
+    "check_logprobs": ".rl.logprobs:check_logprobs",
+    "LogprobResult": ".rl.logprobs:LogprobResult",
+    "check_alignment": ".rl.alignment:check_alignment",
+    "AlignmentResult": ".rl.alignment:AlignmentResult",
+    "check_metrics": ".rl.metrics:check_metrics",
+    "MetricsResult": ".rl.metrics:MetricsResult",
+    "METRIC_REDUCTIONS": ".rl.metrics:REDUCTIONS",
     # closed forms, goldens, verify, the positions probe
     "assert_closed_form": ".design.closed_form:assert_closed_form",
     "closed_form_keys": ".design.closed_form:closed_form_keys",

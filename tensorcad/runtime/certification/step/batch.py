@@ -106,6 +106,11 @@ def _documents(batch: Mapping[str, Any], shape: torch.Size, device: torch.device
     return documents.to(device=device, dtype=torch.long)
 
 
+def documents_in(batch: Mapping[str, Any], shape: torch.Size, device: torch.device) -> torch.Tensor:
+    """(B, T) documents of a batch dict, from whichever form it holds (the RL room reads its batches so too)."""
+    return _documents(batch, shape, device)
+
+
 def _looks(ids: torch.Tensor, labels: torch.Tensor) -> set[str]:
     """The conventions the labels are consistent with: equal to the ids (inside), or to the next ids (shifted)."""
     supervised = labels != IGNORE_INDEX
