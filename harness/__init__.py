@@ -11,6 +11,7 @@ assert_closed_form(design, op, rel=0.02)
 assert_block_counts_agree(design, op, rows=64)
 assert_isolated(hf_causal_lm(model), ids, documents)      # a Hugging Face model, packed position_ids
 assert_cp_plan(plan, batch, world_size)                     # a context-parallel split loses and leaks nothing
+assert_vision_packed(model, rows.inputs, rows.documents)    # samples with images packed: each as if alone
 ```
 
 None of these needs pytest. Names load on first use, so the plugin (which
@@ -38,6 +39,7 @@ _LAZY = {
     "assert_block_counts_agree": "harness.assertions",
     "NoClosedForm": "harness.assertions",
     "assert_cp_plan": "harness.context_parallel",
+    "assert_vision_packed": "harness.vision",
     "adapt": "tensorcad.hf",
     "call": "tensorcad.hf",
     "hf_causal_lm": "tensorcad.hf",
