@@ -14,7 +14,10 @@ The audit reads the batch alone (`step_batch.StepBatch.targets`, in the
 convention the loss uses): every supervised target at a document's last
 position is a crossing, named by row, document and position with what the
 collator must write. Labels that contradict the loss's own shift (labels
-already shifted handed to a loss that shifts them again) fail too.
+already shifted handed to a loss that shifts them again) fail too. In a padded
+layout (``cu_seqlens_padded``), an output at padding trained, or a document's last
+real token trained on the padding after it, is named too: the loss mask must read
+the padded boundaries.
 """
 
 from __future__ import annotations
@@ -63,14 +66,18 @@ class LabelsResult:
     shift: str
     how: str  # how the shift was known
     conflict: str | None = None  # the labels contradict the loss's shift
+    padded: tuple[str, ...] = ()  # targets at or onto a padded layout's padding, each named
 
     @property
     def passed(self) -> bool:
-        return not self.crossings and self.conflict is None
+        return not self.crossings and self.conflict is None and not self.padded
 
     def message(self) -> str:
         if self.conflict is not None:
             return self.conflict
+        if self.padded:
+            more = len(self.padded) - 1
+            return self.padded[0] + (f" ({more} more target{'s' if more != 1 else ''} on padding)" if more else "")
         if self.crossings:
             more = len(self.crossings) - 1
             return self.crossings[0].message() + (f" ({more} more crossing{'s' if more != 1 else ''})" if more else "")
@@ -79,9 +86,12 @@ class LabelsResult:
 
     def to_json(self) -> dict:
         first = self.crossings[0].to_json() if self.crossings else None
-        return {"passed": self.passed, "crossings": len(self.crossings), "first": first,
-                "supervised": self.supervised, "documents": self.documents, "shift": self.shift, "how": self.how,
-                "conflict": self.conflict, "message": self.message()}
+        out = {"passed": self.passed, "crossings": len(self.crossings), "first": first,
+               "supervised": self.supervised, "documents": self.documents, "shift": self.shift, "how": self.how,
+               "conflict": self.conflict, "message": self.message()}
+        if self.padded:
+            out["padded"] = len(self.padded)
+        return out
 
 
 def check_labels(batch: StepBatch) -> LabelsResult:
@@ -98,4 +108,24 @@ def check_labels(batch: StepBatch) -> LabelsResult:
         crossings.append(Crossing(row, int(documents[row, t]), t, where, int(batch.labels[row, where]),
                                   batch.shift, nxt))
     return LabelsResult(tuple(crossings), batch.supervised, len(batch.pieces()), batch.shift, batch.how,
-                        batch.conflict)
+                        batch.conflict, _on_padding(batch, targets, documents))
+
+
+def _on_padding(batch: StepBatch, targets: torch.Tensor, documents: torch.Tensor) -> tuple[str, ...]:
+    """Targets a padded layout's padding takes part in: an output at padding trained, or trained on padding."""
+    if batch.padding is None:
+        return ()
+    padding = batch.padding.cpu()
+    supervised = targets != IGNORE_INDEX
+    onto = torch.zeros_like(padding)  # the output at t is trained on the token at t + 1, padding
+    onto[:, :-1] = padding[:, 1:] & ~padding[:, :-1]
+    found = []
+    for row, t in torch.nonzero(supervised & (padding | onto)).tolist():
+        d = int(documents[row, t])
+        what = (f"the output at position {t}, padding after document {d}, is trained" if padding[row, t] else
+                f"the output at position {t}, the last real token of document {d}, is trained on the padding "
+                "after it")
+        found.append(f"row {row}: {what} (target {int(targets[row, t])}): the labels must read the padded layout "
+                     f"(cu_seqlens_padded), {IGNORE_INDEX} at every padding slot and every document's last real "
+                     "token")
+    return tuple(found)
