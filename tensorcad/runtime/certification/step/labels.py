@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .batch import IGNORE_INDEX, StepBatch
+from .mtp import check_heads
 
 
 @dataclass(frozen=True)
@@ -67,22 +68,28 @@ class LabelsResult:
     how: str  # how the shift was known
     conflict: str | None = None  # the labels contradict the loss's shift
     padded: tuple[str, ...] = ()  # targets at or onto a padded layout's padding, each named
+    heads: tuple[str, ...] = ()  # multi-token prediction heads trained across a boundary (step.mtp), each named
+    depth: int = 0  # the MTP heads held (0: none)
 
     @property
     def passed(self) -> bool:
-        return not self.crossings and self.conflict is None and not self.padded
+        return not self.crossings and self.conflict is None and not self.padded and not self.heads
 
     def message(self) -> str:
         if self.conflict is not None:
             return self.conflict
+        if self.heads:
+            more = len(self.heads) - 1
+            return self.heads[0] + (f" ({more} more target{'s' if more != 1 else ''} of MTP heads)" if more else "")
         if self.padded:
             more = len(self.padded) - 1
             return self.padded[0] + (f" ({more} more target{'s' if more != 1 else ''} on padding)" if more else "")
         if self.crossings:
             more = len(self.crossings) - 1
             return self.crossings[0].message() + (f" ({more} more crossing{'s' if more != 1 else ''})" if more else "")
+        heads = f"; the {self.depth} MTP heads' targets each within its document" if self.depth else ""
         return (f"labels within documents: {self.supervised} targets over {self.documents} documents, each predicted "
-                f"from a position of its own document (labels {self.shift}: {self.how})")
+                f"from a position of its own document (labels {self.shift}: {self.how}){heads}")
 
     def to_json(self) -> dict:
         first = self.crossings[0].to_json() if self.crossings else None
@@ -91,11 +98,14 @@ class LabelsResult:
                "conflict": self.conflict, "message": self.message()}
         if self.padded:
             out["padded"] = len(self.padded)
+        if self.depth:
+            out["depth"], out["heads"] = self.depth, len(self.heads)
         return out
 
 
-def check_labels(batch: StepBatch) -> LabelsResult:
-    """Every supervised target of ``batch`` predicted from a position of its own document."""
+def check_labels(batch: StepBatch, heads: torch.Tensor | None = None) -> LabelsResult:
+    """Every supervised target of ``batch`` predicted from a position of its own document; ``heads``
+    (depth, B, T): the targets a model's MTP heads are trained on (`step.mtp`), each held the same way."""
     targets = batch.targets.cpu()
     documents = batch.documents.cpu()
     last = torch.ones_like(documents, dtype=torch.bool)  # a document's last position in its row
@@ -108,7 +118,8 @@ def check_labels(batch: StepBatch) -> LabelsResult:
         crossings.append(Crossing(row, int(documents[row, t]), t, where, int(batch.labels[row, where]),
                                   batch.shift, nxt))
     return LabelsResult(tuple(crossings), batch.supervised, len(batch.pieces()), batch.shift, batch.how,
-                        batch.conflict, _on_padding(batch, targets, documents))
+                        batch.conflict, _on_padding(batch, targets, documents),
+                        () if heads is None else check_heads(batch, heads), 0 if heads is None else heads.shape[0])
 
 
 def _on_padding(batch: StepBatch, targets: torch.Tensor, documents: torch.Tensor) -> tuple[str, ...]:
