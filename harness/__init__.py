@@ -14,6 +14,7 @@ assert_cp_plan(plan, batch, world_size)                     # a context-parallel
 assert_data_coverage(corpus, make_loader, resume_at=37)     # every example of an epoch once, across a resume
 assert_data_boundaries(batch, lengths, eos_id=eos)          # the boundaries the model gets are the packer's
 assert_rl_aggregation(loss_fn, batch, "dr_grpo", framework="trl", constant=256, micro_batches=2)  # RL (harness.rl)
+assert_vision_packed(model, rows.inputs, rows.documents)    # samples with images packed: each as if alone
 ```
 
 None of these needs pytest. Names load on first use, so the plugin (which
@@ -47,6 +48,7 @@ _LAZY = {
     "assert_rl_logprobs": "harness.rl",
     "assert_rl_alignment": "harness.rl",
     "assert_rl_metrics": "harness.rl",
+    "assert_vision_packed": "harness.vision",
     "adapt": "tensorcad.hf",
     "call": "tensorcad.hf",
     "hf_causal_lm": "tensorcad.hf",

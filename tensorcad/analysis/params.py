@@ -66,3 +66,40 @@ def count_params(design: Design) -> ParamCount:
         embedding += e * times
         matmul += m * times
     return ParamCount(total, embedding, matmul)
+
+
+def _subtree(node: Node, times: int = 1):
+    yield node, times
+    for child in node.children:
+        yield from _subtree(child, times * node.repeat)
+
+
+def mtp_params(design: Design, depth: int) -> ParamCount:
+    """DeepSeek-V3's multi-token prediction modules, counted apart from the model's own parameters.
+
+    Each of ``depth`` modules holds one block like the stack's last, a projection of the
+    concatenated [norm(h); norm(emb)] (2 x dim to dim) and three norms like the model's final
+    one (of h, of the embedding, before the head); the embedding and the output head are
+    shared, so they add no parameter, but every depth multiplies by the head again (matmul).
+    """
+    from ..errors import TensorcadError
+
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 8:
+        raise TensorcadError("depth", f"expected an MTP depth in 1..8, got {depth!r}")
+    stacks = [n for n in design.nodes if n.kind == "stack"]
+    head = next((n for n in design.nodes if n.id == design.output), None)
+    if not stacks or head is None or head.kind != "linear":
+        raise TensorcadError("design", "multi-token prediction needs a stack of blocks and a linear output head")
+    stack = stacks[-1]
+    block = stack.children[(stack.repeat - 1) % len(stack.children)]
+    total = matmul = 0
+    for node, times in _subtree(block):
+        if not node.children:
+            t, _, m = leaf_params(node)
+            total, matmul = total + t * times, matmul + m * times
+    dim = head.dim_in
+    projection = 2 * dim * dim
+    final = next((n for n in design.nodes if n.id == head.sources.get("x")), None)
+    norms = 3 * (leaf_params(final)[0] if final is not None and not final.children else dim)
+    own = total + projection + norms
+    return ParamCount(depth * own, 0, depth * (matmul + projection + head.dim_in * head.dim))

@@ -6,6 +6,8 @@
   weights through;
 - ``adapters``: a Hugging Face model (or any model) as the ``model_fn(ids, documents,
   positions)`` the certificates call, packed the way it is trained (`hf_causal_lm`);
+- ``vision``: samples with images packed in one row for Qwen2-VL / Qwen2.5-VL, the 4-row
+  ``position_ids`` (text row, then mRoPE's three axes per sample) (`vision_rows`);
 - ``diagnosis``: when a certificate fails on a Hugging Face model, the setting to blame
   (for a hybrid family, its stateful layers and what they need: ``hybrid.packing``).
 
@@ -22,6 +24,7 @@ from ..errors import TensorcadError, shown
 from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
 from .config import Disposition, Reader, looks_like_config, read_config
 from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
+from .vision import VisionRows, vision_rows
 from . import decoders  # noqa: F401  (registers its families' readers)
 from .hybrid import families as _hybrid_families  # noqa: F401  (and the hybrids')
 from .families import READERS, family
@@ -31,7 +34,8 @@ SUPPORTED = _FIRST + tuple(READERS)
 
 __all__ = ["PACKINGS", "SUPPORTED", "Disposition", "adapt", "call", "design_from_config", "diagnose",
            "diagnose_failure", "dispositions", "document_mask", "hf_causal_lm", "import_hf", "is_encoder",
-           "is_hf_model", "load_design", "looks_like_config", "reachable_hf_models", "unwrapped"]
+           "is_hf_model", "load_design", "looks_like_config", "reachable_hf_models", "unwrapped", "VisionRows",
+           "vision_rows"]
 
 
 def _read(config: dict[str, Any], where: str, documents: bool, positions: bool, name: str | None):

@@ -10,7 +10,7 @@
   or the bin-packing ``strategies`` (bfd, ffd, split, pad, and the libraries'
   own packers as they pack: ``library_packers``, TRL's and torchtune's);
 - ``boundaries``: ``RowBoundaries``, where each row's documents begin;
-- ``forms``: documents, ``position_ids``, ``cu_seqlens``, ``seq_idx`` and
+- ``forms``: documents, ``position_ids``, ``cu_seqlens`` (and padded: ``cu_seqlens_padded``), ``seq_idx`` and
   EOS-delimited ids, each converted to and from the others;
 - ``closed_form``: exact keys a query keeps and block counts, which hold the
   sampler honest;
@@ -34,6 +34,8 @@ from .forms import (
     documents_of_seq_idx,
     eos_ids_of,
     flash_kwargs_of,
+    padded_cu_seqlens_of,
+    padded_layout_of,
     positions_of,
     row_lengths,
     seq_idx_of,
@@ -65,5 +67,6 @@ __all__ = [
     "check_mean", "check_spread", "check_strategy", "cu_seqlens_of", "document_lengths", "documents_of_cu_seqlens",
     "documents_of_eos", "documents_of_lengths", "documents_of_positions", "documents_of_seq_idx", "draw",
     "draw_boundaries", "draw_packed", "eos_ids_of", "flash_kwargs_of", "load_lengths", "pack", "packing_of",
+    "padded_cu_seqlens_of", "padded_layout_of",
     "positions_of", "row_lengths", "seq_idx_of",
 ]

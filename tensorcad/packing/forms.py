@@ -15,6 +15,11 @@ in five ways by the tools people train with:
   document boundary, so the batch's shape is needed to read them back.
 - **seq_idx** (B, T): each token's document number within its row, from 0
   (the collator's ``seq_idx``, Mamba's ``seq_idx``). int32.
+- **padded cu_seqlens** (``cu_seqlens``, ``cu_seqlens_padded``): Transformer Engine's THD
+  form, each document padded to a multiple (2 x cp under context parallelism, 16 for
+  FP8): document i's token k sits at slot ``cu_seqlens_padded[i] + k`` of the padded
+  buffer; ``cu_seqlens`` counts the real tokens. Every reader of the padded buffer
+  (positions, labels, a conv/SSM ``seq_idx``, the loss mask) must read the padded one.
 - **EOS-delimited ids** (B, T): token ids in which an end-of-sequence token
   closes every document (torchtitan's way: each sample is tokenised with an
   EOS at its end and the stream is cut into rows; its document mask numbers a
@@ -281,6 +286,64 @@ def flash_kwargs_of(documents: Any) -> dict[str, Any]:
     return {"cu_seq_lens_q": cu, "cu_seq_lens_k": cu, "max_length_q": longest, "max_length_k": longest}
 
 
+# --- padded layouts: cu_seqlens beside cu_seqlens_padded --------------------------------------
+
+
+def _multiple(multiple: Any) -> int:
+    if isinstance(multiple, bool) or not isinstance(multiple, (int, np.integer)) or multiple < 1:
+        raise TensorcadError("multiple", f"expected a positive integer, got {multiple!r}")
+    return int(multiple)
+
+
+def padded_cu_seqlens_of(documents: Any, multiple: int) -> tuple[Any, Any]:
+    """(cu_seqlens, cu_seqlens_padded), int32: every document (of every row, in order) padded to ``multiple``.
+
+    ``cu_seqlens`` cumulates the documents' real lengths, ``cu_seqlens_padded`` their
+    lengths rounded up to the multiple: the THD layout Transformer Engine and Megatron
+    read under context parallelism (``multiple`` = 2 x cp).
+    """
+    multiple = _multiple(multiple)
+    lengths = np.asarray([n for row in row_lengths(documents) for n in row], dtype=np.int64)
+    padded = -(-lengths // multiple) * multiple
+    cu = np.r_[0, np.cumsum(lengths)].astype(CU_SEQLENS_DTYPE)
+    cu_padded = np.r_[0, np.cumsum(padded)].astype(CU_SEQLENS_DTYPE)
+    return _like(cu, documents), _like(cu_padded, documents)
+
+
+def padded_layout_of(cu_seqlens: Any, cu_seqlens_padded: Any, multiple: int | None = None) -> Any:
+    """(T_padded,): the real token (its index in the unpadded batch) each slot of the padded buffer holds, -1 padding.
+
+    Both must begin at 0 and hold the same documents; each padded length must hold
+    its real one, and with ``multiple`` be exactly it rounded up: anything else is
+    refused naming the document.
+    """
+    cu, padded = (_as_numpy(v, n).astype(np.int64) for v, n in ((cu_seqlens, "cu_seqlens"),
+                                                                  (cu_seqlens_padded, "cu_seqlens_padded")))
+    for name, array in (("cu_seqlens", cu), ("cu_seqlens_padded", padded)):
+        if array.ndim != 1 or len(array) < 1 or array[0] != 0:
+            raise TensorcadError(name, "expected 1D cumulative lengths beginning at 0")
+        if (np.diff(array) < 0).any():
+            i = int(np.flatnonzero(np.diff(array) < 0)[0]) + 1
+            raise TensorcadError(f"{name}[{i}]", f"{int(array[i])} after {int(array[i - 1])}: cumulative lengths never fall")
+    if len(cu) != len(padded):
+        raise TensorcadError("cu_seqlens_padded", f"{len(padded) - 1} documents, cu_seqlens {len(cu) - 1}")
+    real, room = np.diff(cu), np.diff(padded)
+    if (room < real).any():
+        d = int(np.flatnonzero(room < real)[0])
+        raise TensorcadError(f"cu_seqlens_padded[{d + 1}]", f"document {d} of {int(real[d])} tokens padded to "
+                                                            f"{int(room[d])}: padding never drops a token")
+    if multiple is not None:
+        want = -(-real // _multiple(multiple)) * int(multiple)
+        if (room != want).any():
+            d = int(np.flatnonzero(room != want)[0])
+            raise TensorcadError(f"cu_seqlens_padded[{d + 1}]", f"document {d} of {int(real[d])} tokens padded to "
+                                                                f"{int(room[d])}, not to {int(want[d])} (a multiple of {multiple})")
+    layout = np.full(int(padded[-1]), -1, dtype=np.int64)
+    for start, first, n in zip(padded[:-1], cu[:-1], real):
+        layout[start:start + n] = np.arange(first, first + n)
+    return _like(layout, cu_seqlens)
+
+
 # --- documents <-> EOS-delimited ids (torchtitan) ---------------------------------------------
 
 
@@ -333,6 +396,7 @@ def eos_ids_of(ids: Any, documents: Any, eos_id: int) -> Any:
 
 __all__ = (
     "cu_seqlens_of", "documents_of_cu_seqlens", "documents_of_eos", "documents_of_lengths",
-    "documents_of_positions", "documents_of_seq_idx", "eos_ids_of", "flash_kwargs_of", "positions_of",
+    "documents_of_positions", "documents_of_seq_idx", "eos_ids_of", "flash_kwargs_of", "padded_cu_seqlens_of",
+    "padded_layout_of", "positions_of",
     "row_lengths", "seq_idx_of",
 )

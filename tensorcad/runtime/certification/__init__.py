@@ -86,6 +86,11 @@ _LAZY = {
     "check_boundaries_grouped": ".forward.grouped_boundaries:check_boundaries_grouped",
     "check_faithful_batched": ".forward.batched_faithful:check_faithful_batched",
     "check_gradients_weighted": ".forward.weighted_gradients:check_gradients_weighted",
+    # vision-language rows: each sample (text and images) as if alone
+    "check_vision_faithful": ".forward.vision:check_vision_faithful",
+    "check_vision_isolation": ".forward.vision:check_vision_isolation",
+    "VisionFaithfulResult": ".forward.vision:VisionFaithfulResult",
+    "VisionIsolationResult": ".forward.vision:VisionIsolationResult",
     "certificate": ".methods:certificate",
     "CERTIFICATES": ".methods:CERTIFICATES",
     "METHODS": "tensorcad.runtime.building.settings:METHODS",

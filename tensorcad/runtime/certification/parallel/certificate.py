@@ -113,27 +113,105 @@ def _span(values: list[int]) -> str:
     return _numbers(values)
 
 
+# The readers of the boundaries a shard may carry beside its ids, and what each must equal at a real slot.
+READERS = ("input_ids", "position_ids", "seq_idx")
+
+
+def _unpadded_reading(batch: CpBatch, offsets: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What a reader of the *unpadded* boundaries computes at each slot offset of a padded row (Megatron-LM
+    #5243, NeMo-RL #2529): the offset read against the row's real document starts, its place and number."""
+    index = batch.document_index()
+    starts = torch.ones_like(index, dtype=torch.bool)
+    starts[:, 1:] = index[:, 1:] != index[:, :-1]
+    positions, numbers = torch.empty_like(offsets), torch.empty_like(offsets)
+    for b in range(offsets.shape[0]):
+        begins = torch.nonzero(starts[b]).flatten()
+        k = torch.searchsorted(begins, offsets[b], right=True) - 1
+        positions[b], numbers[b] = offsets[b] - begins[k.clamp(min=0)], k
+    return {"position_ids": positions, "seq_idx": numbers}
+
+
 def _shard_failures(r: int, shard: Shard, mine: torch.Tensor, batch: CpBatch, row: torch.Tensor,
                     n: int) -> list[str]:
-    """Rank r's ids, labels, position ids and cu_seqlens against those of the positions it holds."""
+    """Rank r's ids, labels, and every reader of the boundaries against those of the positions it holds."""
     failures = []
     real = mine >= 0
     at = mine.clamp(min=0)
-    checks = (("input_ids", shard.input_ids, batch.ids.gather(1, at)),
-              ("position_ids", shard.position_ids, batch.positions.gather(1, at)))
-    for name, got, want in checks:
+    want_of = {"input_ids": batch.ids, "position_ids": batch.positions, "seq_idx": batch.document_index()}
+    unpadded = _unpadded_reading(batch, shard.indices) if bool((row < 0).any()) else {}
+    for name in READERS:
+        got = getattr(shard, name)
         if got is None:
             continue
+        want = want_of[name].gather(1, at)
         wrong = real & (got != want)
         if wrong.any():
             b, i = (int(x) for x in wrong.nonzero()[0])
             p = int(mine[b, i])
-            failures.append(f"rank {r}'s {name} at its slot {i} ({_where(batch, b, p)}): {int(got[b, i])}, "
-                            f"where the batch has {int(want[b, i])}")
+            message = (f"rank {r}'s {name} at its slot {i} ({_where(batch, b, p)}): {int(got[b, i])}, "
+                       f"where the batch has {int(want[b, i])}")
+            if name in unpadded and bool((got[wrong] == unpadded[name][wrong]).all()):
+                message += (f" - the unpadded boundaries read over the padded layout: {name} must read "
+                            "cu_seqlens_padded")
+            failures.append(message + f"; {int(wrong.sum())} of its {int(real.sum())} slots differ")
     if shard.labels is not None:
         failures += _label_failures(r, shard, mine, batch)
-    if shard.cu_seqlens is not None:
+    if shard.loss_mask is not None:
+        failures += _loss_mask_failures(r, shard.loss_mask, mine, batch)
+    if shard.cu_seqlens_padded is not None:
+        failures += _cu_failures(r, shard.cu_seqlens_padded, row, batch, "cu_seqlens_padded")
+        if shard.cu_seqlens is not None:
+            failures += _real_cu_failures(r, shard.cu_seqlens, batch)
+    elif shard.cu_seqlens is not None:
         failures += _cu_failures(r, shard.cu_seqlens, row, batch)
+    return failures
+
+
+def _loss_mask_failures(r: int, loss_mask: torch.Tensor, mine: torch.Tensor, batch: CpBatch) -> list[str]:
+    """The loss mask: 1 exactly where the unsharded target is a token; padding and a document's end never."""
+    real = mine >= 0
+    want = real & (batch.targets().gather(1, mine.clamp(min=0)) != IGNORE)
+    wrong = (loss_mask != 0) != want
+    if not wrong.any():
+        return []
+    b, i = (int(x) for x in wrong.nonzero()[0])
+    if not real[b, i]:
+        where = f"its slot {i} of row {b}, padding,"
+    else:
+        where = f"its slot {i} ({_where(batch, b, int(mine[b, i]))})"
+    return [f"rank {r}'s loss_mask at {where} is {int(loss_mask[b, i])}, where the unsharded targets give "
+            f"{int(want[b, i])}; {int(wrong.sum())} of its {wrong.shape[1] * wrong.shape[0]} slots differ"]
+
+
+def _real_cu_failures(r: int, cu: np.ndarray, batch: CpBatch) -> list[str]:
+    """Beside cu_seqlens_padded, cu_seqlens counts each document's real tokens."""
+    from tensorcad.packing import cu_seqlens_of
+
+    want = [int(x) for x in cu_seqlens_of(batch.documents.numpy())]
+    got = [int(x) for x in cu]
+    if got == want:
+        return []
+    return [f"rank {r}'s cu_seqlens (the real lengths beside cu_seqlens_padded): {_numbers(got[1:])} where the "
+            f"batch's documents end at {_numbers(want[1:])}"]
+
+
+def padding_failures(row: torch.Tensor, batch: CpBatch, multiple: int) -> list[str]:
+    """Each document's slots in the plan's row (its tokens, then the padding after them) a multiple of ``multiple``."""
+    failures = []
+    for b in range(row.shape[0]):
+        index = torch.where(row[b] >= 0, batch.document_index()[b].gather(0, row[b].clamp(min=0)),
+                            torch.full_like(row[b], -1))
+        owner, current = [], -1
+        for d in index.tolist():  # padding belongs to the document before it
+            current = d if d >= 0 else current
+            owner.append(current)
+        owner = torch.tensor(owner)
+        for d in torch.unique(owner[owner >= 0]).tolist():
+            slots = int((owner == d).sum())
+            tokens = int((index == d).sum())
+            if slots % multiple:
+                failures.append(f"document {d} of row {b} ({tokens} tokens) is given {slots} slots, not a "
+                                f"multiple of {multiple}")
     return failures
 
 
@@ -164,7 +242,7 @@ def _label_failures(r: int, shard: Shard, mine: torch.Tensor, batch: CpBatch) ->
     return failures
 
 
-def _cu_failures(r: int, cu: np.ndarray, row: torch.Tensor, batch: CpBatch) -> list[str]:
+def _cu_failures(r: int, cu: np.ndarray, row: torch.Tensor, batch: CpBatch, name: str = "cu_seqlens") -> list[str]:
     """The rank's cu_seqlens (over the plan's rows flattened) against the row's own boundaries: every
     document's first slot and each row's end; another boundary may only begin padding."""
     rows, slots = row.shape
@@ -183,7 +261,7 @@ def _cu_failures(r: int, cu: np.ndarray, row: torch.Tensor, batch: CpBatch) -> l
     cu = [int(x) for x in cu]
     if not cu or cu[0] != 0 or cu[-1] != rows * slots:
         end = cu[-1] if cu else "nothing"
-        return [(f"rank {r}'s cu_seqlens end at {end}, but the plan's rows hold {rows * slots:,} slots: "
+        return [(f"rank {r}'s {name} end at {end}, but the plan's rows hold {rows * slots:,} slots: "
                  f"boundaries at {_numbers(cu[1:])} where the row's are at {_numbers(begins[1:])} (cu_seqlens of the unpadded documents after "
                  "padding miss every boundary the padding moved)")]
     missing = [c for c in begins if c not in set(cu)]
@@ -192,20 +270,20 @@ def _cu_failures(r: int, cu: np.ndarray, row: torch.Tensor, batch: CpBatch) -> l
     for c in missing[:SHOWN]:
         b, j = divmod(c, slots)
         if j == 0:
-            failures.append(f"rank {r}'s cu_seqlens have no boundary at {c}, where row {b} begins: a "
+            failures.append(f"rank {r}'s {name} have no boundary at {c}, where row {b} begins: a "
                             f"document runs on from row {b - 1} into row {b}")
             continue
         p = int(row[b, j])
-        failures.append(f"rank {r}'s cu_seqlens have no boundary at {c}, where {_where(batch, b, p)} begins: "
+        failures.append(f"rank {r}'s {name} have no boundary at {c}, where {_where(batch, b, p)} begins: "
                         f"its attention crosses from document {int(index[b, j]) - 1} into document "
                         f"{int(index[b, j])}")
     for c in extra[:SHOWN]:
         b, j = divmod(c, slots)
         p = int(row[b, j])
         if p < 0:
-            failures.append(f"rank {r}'s cu_seqlens put a boundary at {c}, inside padding of row {b}")
+            failures.append(f"rank {r}'s {name} put a boundary at {c}, inside padding of row {b}")
             continue
-        failures.append(f"rank {r}'s cu_seqlens put a boundary at {c}, inside document {int(index[b, j])} "
+        failures.append(f"rank {r}'s {name} put a boundary at {c}, inside document {int(index[b, j])} "
                         f"({_where(batch, b, p)} is not its first token)")
     return failures
 
@@ -222,6 +300,8 @@ class CpPlanResult:
     differences: tuple[Any, ...]  # cp_faithful.RankDifference, beyond the tolerance
     largest: float  # the largest difference of any rank's attention from the unsharded
     tolerance: float
+    multiple: int | None = None  # the padding multiple the plan was held to (None: not asked)
+    padded_documents: int = 0  # documents given padding slots, over every row
 
     @property
     def passed(self) -> bool:
@@ -229,8 +309,10 @@ class CpPlanResult:
 
     def message(self) -> str:
         if self.passed:
+            multiple = (f" ({self.padded_documents} documents padded to a multiple of {self.multiple})"
+                        if self.multiple else "")
             return (f"{self.form} over {self.world_size} ranks: every position on one rank, {self.padding:,} "
-                    f"padding slots of {self.slots:,} a row, each rank's attention equal to the unsharded "
+                    f"padding slots of {self.slots:,} a row{multiple}, each rank's attention equal to the unsharded "
                     f"(largest difference {self.largest:.3g}, tolerance {self.tolerance:g})")
         lines = list(self.failures)
         worst = sorted(self.differences, key=lambda d: -d.largest)
@@ -241,32 +323,46 @@ class CpPlanResult:
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "form": self.form, "worldSize": self.world_size, "slots": self.slots,
-                "padding": self.padding, "failures": list(self.failures),
+                "padding": self.padding, "multiple": self.multiple, "paddedDocuments": self.padded_documents,
+                "failures": list(self.failures),
                 "differences": [d.to_json() for d in self.differences], "largest": self.largest,
                 "tolerance": self.tolerance, "message": self.message()}
 
 
 def check_cp_plan(plan: Any, batch: Any, world_size: int, *, causal: bool = True, window: int | None = None,
-                  atol: float | None = None, seed: int = 0) -> CpPlanResult:
+                  atol: float | None = None, seed: int = 0, pad_multiple: int | None = None) -> CpPlanResult:
     """Hold ``plan`` (an index map, a PyTorch load balancer or a callable) to ``batch`` over
     ``world_size`` ranks: the structural checks, then each rank's attention (a document mask, causal
-    and windowed as asked) against the unsharded (``cp_faithful``)."""
+    and windowed as asked) against the unsharded (``cp_faithful``). ``pad_multiple``: every document's
+    slots (its tokens, then its padding) must be a multiple of it (2 x cp for Transformer Engine's THD)."""
     from tensorcad.errors import check_integer
 
     from .faithful import check_cp_faithful
 
     world_size = check_integer(world_size, "world_size", 1, 1 << 16)
+    if pad_multiple is not None:
+        pad_multiple = check_integer(pad_multiple, "pad_multiple", 1, 1 << 20)
     read = batch_of(batch)
     try:
         shaped = plan_of(plan, read, world_size, given=batch)
     except TensorcadError as error:
         return CpPlanResult(type(plan).__name__, world_size, 0, 0, (error.message,), (), 0.0, 0.0)
     failures, sound = structural_failures(shaped, read, world_size)
+    if sound and pad_multiple is not None:
+        failures += padding_failures(shaped.row, read, pad_multiple)
     differences, largest, tolerance = (check_cp_faithful(shaped, read, causal=causal, window=window, atol=atol,
                                                          seed=seed) if sound else ([], 0.0, 0.0))
     padding = int((shaped.row < 0).sum()) // len(shaped.row)
     return CpPlanResult(shaped.form, world_size, shaped.row.shape[1], padding, tuple(failures),
-                        tuple(differences), largest, tolerance)
+                        tuple(differences), largest, tolerance, pad_multiple, _padded_documents(shaped.row))
+
+
+def _padded_documents(row: torch.Tensor) -> int:
+    """Runs of padding in the plan's rows: under a THD layout, one for each document padded."""
+    pad = row < 0
+    starts = pad.clone()
+    starts[:, 1:] &= ~pad[:, :-1]
+    return int(starts.sum())
 
 
 CHECK_RANKS = 2  # the registry's check splits the subject's batch over this many ranks

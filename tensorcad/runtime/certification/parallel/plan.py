@@ -19,7 +19,10 @@ counted twice. A *plan* says how a batch's rows go to N ranks:
   them, ``row`` (the plan's row: each slot's position, −1 padding; the batch
   row when absent), ``input_ids``, ``labels``, ``position_ids`` and
   ``cu_seqlens`` (the boundaries its attention reads, over the plan's rows
-  flattened, as FlashAttention's varlen form).
+  flattened, as FlashAttention's varlen form); for a padded layout
+  (Transformer Engine's THD) ``cu_seqlens_padded`` beside ``cu_seqlens`` (then
+  the real lengths), and the other readers of the boundaries: ``seq_idx`` (a
+  conv/SSM layer's document number) and ``loss_mask``.
 
 This module reads a plan in any of the three forms (``plan_of``) and the batch
 (``batch_of``); ``cp_certificate`` holds it to the batch and ``cp_faithful``
@@ -107,6 +110,9 @@ class Shard:
     labels: torch.Tensor | None = None
     position_ids: torch.Tensor | None = None
     cu_seqlens: np.ndarray | None = None
+    cu_seqlens_padded: np.ndarray | None = None  # given: the padded boundaries, and cu_seqlens the real lengths
+    seq_idx: torch.Tensor | None = None
+    loss_mask: torch.Tensor | None = None
 
 
 @dataclass(frozen=True)
@@ -175,14 +181,18 @@ def plan_of(plan: Any, batch: CpBatch, world_size: int, given: Any = None) -> Pl
                 if row is not None and not torch.equal(row, mine):
                     raise TensorcadError("plan", f"rank {rank} describes another row than rank 0")
                 row = mine
-            cu = part.get("cu_seqlens")
-            shards.append(Shard(
-                _rows(part["indices"], rows, f"rank {rank}'s indices"),
-                *(None if part.get(k) is None else _rows(part[k], rows, f"rank {rank}'s {k}")
-                  for k in ("input_ids", "labels", "position_ids")),
-                None if cu is None else np.asarray(cu.cpu() if isinstance(cu, torch.Tensor) else cu, np.int64)))
+            cu, cu_padded = (_boundaries(part.get(k)) for k in ("cu_seqlens", "cu_seqlens_padded"))
+            read = {k: None if part.get(k) is None else _rows(part[k], rows, f"rank {rank}'s {k}")
+                    for k in ("input_ids", "labels", "position_ids", "seq_idx", "loss_mask")}
+            shards.append(Shard(_rows(part["indices"], rows, f"rank {rank}'s indices"), read["input_ids"],
+                                read["labels"], read["position_ids"], cu, cu_padded, read["seq_idx"],
+                                read["loss_mask"]))
         return Plan("a callable", torch.arange(seq).expand(rows, -1) if row is None else row, tuple(shards))
     raise TypeError(f"a plan is an index map, a PyTorch load balancer or a callable, not {type(plan).__name__}")
+
+
+def _boundaries(cu: Any) -> np.ndarray | None:
+    return None if cu is None else np.asarray(cu.cpu() if isinstance(cu, torch.Tensor) else cu, np.int64)
 
 
 def _cut(indices: torch.Tensor, world_size: int) -> tuple[Shard, ...]:

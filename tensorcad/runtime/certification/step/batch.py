@@ -22,6 +22,11 @@ target at a document's last position reaches outside it. The convention is
 the loss's own (a Hugging Face model's loss shifts), declared, or detected
 from the labels (equal to ``input_ids``: inside; to ``input_ids[t + 1]``:
 shifted); a contradiction is kept for the labels certificate to name.
+
+A padded layout (Transformer Engine's THD: ``cu_seqlens_padded`` beside the real
+``cu_seqlens``, one row) is read from the padded boundaries: each document's padding
+belongs to it, after its tokens, and `StepBatch.padding` marks those slots, where
+nothing may be trained and no target may point.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class StepBatch:
     inputs: Mapping[str, Any] = field(default_factory=dict)  # the batch as given (a Hugging Face model's kwargs)
     how: str = ""  # how the shift was known: the loss's, declared, or detected
     conflict: str | None = None  # the labels contradict the loss's shift: the labels certificate fails
+    padding: torch.Tensor | None = None  # (B, T) bool: the padded layout's padding slots (None: no padding)
 
     @property
     def targets(self) -> torch.Tensor:
@@ -91,6 +97,9 @@ def _documents(batch: Mapping[str, Any], shape: torch.Size, device: torch.device
 
     if "documents" in batch:
         documents = _tensor(batch["documents"], "documents")
+    elif "cu_seqlens_padded" in batch:
+        documents = _rows(documents_of_cu_seqlens(torch.as_tensor(batch["cu_seqlens_padded"]).cpu(), shape[1],
+                                                  shape[0]))
     elif "seq_idx" in batch:
         documents = _rows(documents_of_seq_idx(torch.as_tensor(batch["seq_idx"]).cpu()))
     elif "cu_seq_lens_q" in batch:
@@ -185,7 +194,23 @@ def read_batch(batch: Mapping[str, Any], *, shift: str | None = None, loss_shift
         positions = positions_of(documents)
     shift, how, conflict = _convention(ids, labels, declared=shift, shift_labels=key == "shift_labels",
                                        loss_shifts=loss_shifts)
-    return StepBatch(ids, documents, positions, labels, shift, dict(batch), how, conflict)
+    return StepBatch(ids, documents, positions, labels, shift, dict(batch), how, conflict, _padding(batch, ids.shape))
+
+
+def _padding(batch: Mapping[str, Any], shape: torch.Size) -> torch.Tensor | None:
+    """The padding slots of a padded layout (``cu_seqlens`` beside ``cu_seqlens_padded``), as (B, T) bools."""
+    if "cu_seqlens_padded" not in batch:
+        return None
+    from tensorcad.packing import padded_layout_of
+
+    if "cu_seqlens" not in batch:
+        raise TensorcadError("batch.cu_seqlens", "cu_seqlens_padded needs cu_seqlens beside it: the real lengths")
+    layout = padded_layout_of(torch.as_tensor(batch["cu_seqlens"]).cpu(),
+                              torch.as_tensor(batch["cu_seqlens_padded"]).cpu())
+    if layout.numel() != shape[0] * shape[1]:
+        raise TensorcadError("batch.cu_seqlens_padded", f"lays out {layout.numel()} slots, the batch holds "
+                                                        f"{shape[0]} x {shape[1]}")
+    return (layout < 0).reshape(shape)
 
 
 # --- micro-batches ---------------------------------------------------------------------------
@@ -211,8 +236,16 @@ def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
         else:
             inputs[key] = value
     cut = lambda t: t[rows, first:end]  # noqa: E731
+    padding = None if batch.padding is None else cut(batch.padding)
+    if padding is not None:  # the cut's own boundaries: every document's real tokens, then its padding
+        from tensorcad.packing import cu_seqlens_of
+
+        real = torch.where(padding, torch.full_like(documents, -1), documents)
+        kept = real[real >= 0]
+        inputs["cu_seqlens"] = cu_seqlens_of(kept[None].cpu()) if len(kept) else torch.zeros(1, dtype=torch.int32)
+        inputs["cu_seqlens_padded"] = cu_seqlens_of(documents.cpu())
     return replace(batch, ids=cut(batch.ids), documents=documents, positions=cut(batch.positions),
-                   labels=cut(batch.labels), inputs=inputs)
+                   labels=cut(batch.labels), inputs=inputs, padding=padding)
 
 
 def split_batch(batch: StepBatch, parts: int) -> list[StepBatch]:

@@ -31,6 +31,7 @@ from .reductions import Reduction, name_of
 from .batch import IGNORE_INDEX, StepBatch, read_batch, split_batch
 from .gradients import check_step_gradients
 from .labels import check_labels
+from .mtp import mtp_heads
 from .loss import check_loss
 from .loop import TrainingStep, step_of
 
@@ -99,7 +100,7 @@ def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, An
     not_run: dict[str, str] = {}
     for name in wanted:
         if name == "step[labels]":
-            results[name] = check_labels(read)
+            results[name] = check_labels(read, mtp_heads(model, read))
         elif name == "step[loss]":
             results[name] = check_loss(step, read, reduction, atol=atol, rtol=rtol)
         elif name == "step[gradients]":

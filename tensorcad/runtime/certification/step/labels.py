@@ -14,7 +14,10 @@ The audit reads the batch alone (`step_batch.StepBatch.targets`, in the
 convention the loss uses): every supervised target at a document's last
 position is a crossing, named by row, document and position with what the
 collator must write. Labels that contradict the loss's own shift (labels
-already shifted handed to a loss that shifts them again) fail too.
+already shifted handed to a loss that shifts them again) fail too. In a padded
+layout (``cu_seqlens_padded``), an output at padding trained, or a document's last
+real token trained on the padding after it, is named too: the loss mask must read
+the padded boundaries.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from dataclasses import dataclass
 import torch
 
 from .batch import IGNORE_INDEX, StepBatch
+from .mtp import check_heads
 
 
 @dataclass(frozen=True)
@@ -63,29 +67,45 @@ class LabelsResult:
     shift: str
     how: str  # how the shift was known
     conflict: str | None = None  # the labels contradict the loss's shift
+    padded: tuple[str, ...] = ()  # targets at or onto a padded layout's padding, each named
+    heads: tuple[str, ...] = ()  # multi-token prediction heads trained across a boundary (step.mtp), each named
+    depth: int = 0  # the MTP heads held (0: none)
 
     @property
     def passed(self) -> bool:
-        return not self.crossings and self.conflict is None
+        return not self.crossings and self.conflict is None and not self.padded and not self.heads
 
     def message(self) -> str:
         if self.conflict is not None:
             return self.conflict
+        if self.heads:
+            more = len(self.heads) - 1
+            return self.heads[0] + (f" ({more} more target{'s' if more != 1 else ''} of MTP heads)" if more else "")
+        if self.padded:
+            more = len(self.padded) - 1
+            return self.padded[0] + (f" ({more} more target{'s' if more != 1 else ''} on padding)" if more else "")
         if self.crossings:
             more = len(self.crossings) - 1
             return self.crossings[0].message() + (f" ({more} more crossing{'s' if more != 1 else ''})" if more else "")
+        heads = f"; the {self.depth} MTP heads' targets each within its document" if self.depth else ""
         return (f"labels within documents: {self.supervised} targets over {self.documents} documents, each predicted "
-                f"from a position of its own document (labels {self.shift}: {self.how})")
+                f"from a position of its own document (labels {self.shift}: {self.how}){heads}")
 
     def to_json(self) -> dict:
         first = self.crossings[0].to_json() if self.crossings else None
-        return {"passed": self.passed, "crossings": len(self.crossings), "first": first,
-                "supervised": self.supervised, "documents": self.documents, "shift": self.shift, "how": self.how,
-                "conflict": self.conflict, "message": self.message()}
+        out = {"passed": self.passed, "crossings": len(self.crossings), "first": first,
+               "supervised": self.supervised, "documents": self.documents, "shift": self.shift, "how": self.how,
+               "conflict": self.conflict, "message": self.message()}
+        if self.padded:
+            out["padded"] = len(self.padded)
+        if self.depth:
+            out["depth"], out["heads"] = self.depth, len(self.heads)
+        return out
 
 
-def check_labels(batch: StepBatch) -> LabelsResult:
-    """Every supervised target of ``batch`` predicted from a position of its own document."""
+def check_labels(batch: StepBatch, heads: torch.Tensor | None = None) -> LabelsResult:
+    """Every supervised target of ``batch`` predicted from a position of its own document; ``heads``
+    (depth, B, T): the targets a model's MTP heads are trained on (`step.mtp`), each held the same way."""
     targets = batch.targets.cpu()
     documents = batch.documents.cpu()
     last = torch.ones_like(documents, dtype=torch.bool)  # a document's last position in its row
@@ -98,4 +118,25 @@ def check_labels(batch: StepBatch) -> LabelsResult:
         crossings.append(Crossing(row, int(documents[row, t]), t, where, int(batch.labels[row, where]),
                                   batch.shift, nxt))
     return LabelsResult(tuple(crossings), batch.supervised, len(batch.pieces()), batch.shift, batch.how,
-                        batch.conflict)
+                        batch.conflict, _on_padding(batch, targets, documents),
+                        () if heads is None else check_heads(batch, heads), 0 if heads is None else heads.shape[0])
+
+
+def _on_padding(batch: StepBatch, targets: torch.Tensor, documents: torch.Tensor) -> tuple[str, ...]:
+    """Targets a padded layout's padding takes part in: an output at padding trained, or trained on padding."""
+    if batch.padding is None:
+        return ()
+    padding = batch.padding.cpu()
+    supervised = targets != IGNORE_INDEX
+    onto = torch.zeros_like(padding)  # the output at t is trained on the token at t + 1, padding
+    onto[:, :-1] = padding[:, 1:] & ~padding[:, :-1]
+    found = []
+    for row, t in torch.nonzero(supervised & (padding | onto)).tolist():
+        d = int(documents[row, t])
+        what = (f"the output at position {t}, padding after document {d}, is trained" if padding[row, t] else
+                f"the output at position {t}, the last real token of document {d}, is trained on the padding "
+                "after it")
+        found.append(f"row {row}: {what} (target {int(targets[row, t])}): the labels must read the padded layout "
+                     f"(cu_seqlens_padded), {IGNORE_INDEX} at every padding slot and every document's last real "
+                     "token")
+    return tuple(found)
