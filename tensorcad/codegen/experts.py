@@ -141,8 +141,8 @@ def _keep(drop: str) -> list[str]:
     else:
         lines += ["        score = weights.reshape(groups, -1, 1).float()",
                   "        score = score.masked_fill(onehot == 0, -float(\"inf\"))  # (G, M, E)",
-                  "        order = score.argsort(1, descending=True, stable=True)",
-                  "        rank = order.argsort(1, stable=True)  # 0 for an expert's best score, ...",
+                  "        order = score.argsort(dim=1, descending=True, stable=True)",
+                  "        rank = order.argsort(dim=1, stable=True)  # 0 for an expert's best score, ...",
                   "        rank = (rank * onehot).sum(-1)",
                   "        return (rank < capacity).to(weights.dtype).view_as(weights)"]
     return lines
