@@ -32,6 +32,23 @@ def attention_flops(keys_per_query: float, head_dim: int, heads: int) -> float:
     return 4.0 * keys_per_query * head_dim * heads
 
 
+def mlp_weights(dim: int, hidden: int, activation: str) -> int:
+    """Weights of one feed-forward: gate, up and down for a gated activation (SwiGLU, GeGLU), fc and proj
+    otherwise (Shazeer 2020, GLU variants: three matrices of dim x hidden)."""
+    return (3 if activation in ("swiglu", "geglu") else 2) * dim * hidden
+
+
+def moe_active_weights(dim: int, experts: int, top_k: int, expert: int, shared: int, gate: int) -> int:
+    """Weights one token multiplies in a mixture-of-experts layer: the router's dim x experts logits (every
+    expert scored), the top_k experts it is sent to, the shared experts and the shared experts' gate, each
+    costing 2 FLOPs a token as in `matmul_flops`. The experts it is not sent to cost it nothing (Fedus et
+    al. 2021, Switch Transformers, section 2: a top-1 model spends a dense model's FLOPs a token; Megatron-LM
+    `num_floating_point_operations`' moe_layer_flops counts routed 4 x h x ffn x topk x 3/2 for SwiGLU,
+    i.e. 2 per weight, plus the shared experts'). Capacity drops lower it for the tokens dropped; this
+    is the dropless figure, and the one a capacity factor bounds from above."""
+    return dim * experts + top_k * expert + shared + gate
+
+
 def train_flops(forward: float) -> float:
     """Training FLOPs a token: the forward pass and a backward pass costing twice
     it (gradients with respect to activations and to weights): 3 × forward

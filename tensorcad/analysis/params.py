@@ -4,6 +4,10 @@
 table); `embedding` the lookup tables; `matmul` every weight a token is
 multiplied by, the LM head included even when tied, since the head's matmul
 runs whether or not its table is shared (Kaplan et al. 2020, section 2.1).
+In a mixture of experts a token multiplies the router, its top_k experts and the
+shared ones only, so `matmul` counts those; `active` (only where a design has a
+`moe`) is `total` less the routed experts a token skips, the figure model cards
+publish as "active parameters" (Mixtral's 12.9B of 46.7B).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from math import prod
 
 from ..design.mixers import is_stateful
 from ..design.model import Design, Node
+from .cost import mlp_weights, moe_active_weights
 from .mixers import shape
 
 
@@ -21,9 +26,32 @@ class ParamCount:
     total: int
     embedding: int
     matmul: int
+    active: int | None = None  # total less the routed experts a token skips; None without a moe
 
     def to_json(self) -> dict[str, int]:
-        return {"total": self.total, "embedding": self.embedding, "matmul": self.matmul}
+        out = {"total": self.total, "embedding": self.embedding, "matmul": self.matmul}
+        if self.active is not None:
+            out["active"] = self.active
+        return out
+
+
+def _mlp(dim: int, p) -> tuple[int, int]:
+    """(params, weights) of one feed-forward of ``p``'s hidden, activation and bias."""
+    weights = mlp_weights(dim, p["hidden"], p["activation"])
+    matrices = weights // (dim * p["hidden"])
+    return weights + (((matrices - 1) * p["hidden"] + dim) if p["bias"] else 0), weights
+
+
+def expert_params(node: Node) -> int:
+    """Params of one routed expert of a moe node."""
+    return _mlp(node.dim_in, node.params)[0]
+
+
+def idle_params(node: Node) -> int:
+    """Params of the routed experts one token of a moe node is not sent to; 0 for any other node."""
+    if node.kind != "moe":
+        return 0
+    return (node.params["experts"] - node.params["top_k"]) * expert_params(node)
 
 
 def leaf_params(node: Node) -> tuple[int, int, int]:
@@ -44,10 +72,15 @@ def leaf_params(node: Node) -> tuple[int, int, int]:
     if node.kind == "layernorm":
         return (2 if p.get("bias", True) else 1) * d, 0, 0
     if node.kind == "mlp":
-        matrices = 3 if p["activation"] in ("swiglu", "geglu") else 2  # gated: gate, up, down
-        weights = matrices * d * p["hidden"]
-        bias = ((matrices - 1) * p["hidden"] + d) if p["bias"] else 0
-        return weights + bias, 0, weights
+        total, weights = _mlp(d, p)
+        return total, 0, weights
+    if node.kind == "moe":
+        expert_total, expert_weights = _mlp(d_in, p)
+        shared_total, shared_weights = _mlp(d_in, p["shared"]) if p["shared"] is not None else (0, 0)
+        gate = d_in if p["shared_gate"] else 0
+        router_bias = p["experts"] if p["router_bias"] else 0  # a bias chooses experts; it multiplies nothing
+        total = d_in * p["experts"] + router_bias + p["experts"] * expert_total + shared_total + gate
+        return total, 0, moe_active_weights(d_in, p["experts"], p["top_k"], expert_weights, shared_weights, gate)
     if node.kind == "table":
         return prod(p["shape"]), 0, 0
     if is_stateful(node):  # its projections are matmul weights; taps, decays and scales are not
@@ -57,7 +90,8 @@ def leaf_params(node: Node) -> tuple[int, int, int]:
 
 
 def count_params(design: Design) -> ParamCount:
-    total = embedding = matmul = 0
+    total = embedding = matmul = idle = 0
+    routed = False
     for node, times in design.walk():
         if node.children:
             continue
@@ -65,7 +99,9 @@ def count_params(design: Design) -> ParamCount:
         total += t * times
         embedding += e * times
         matmul += m * times
-    return ParamCount(total, embedding, matmul)
+        idle += idle_params(node) * times
+        routed = routed or node.kind == "moe"
+    return ParamCount(total, embedding, matmul, total - idle if routed else None)
 
 
 def _subtree(node: Node, times: int = 1):

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..design.model import Design, Node
 from ..design.rope_scaling import is_plain
-from . import layout, rotary
+from . import experts, layout, rotary
 from .names import Namer
 
 _ALWAYS_PREFIXED = ("shape",)
@@ -70,6 +70,8 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
         return keys
     if kind == "mlp":
         return {"dim": node.dim_in, "hidden": p["hidden"], "mlp_bias": p["bias"]}
+    if kind == "moe":
+        return experts.config_keys(node)
     if kind == "rope":
         return {"head_dim": p["head_dim"], "rope_theta": float(p["theta"])}
     if kind in ("sdpa", "gqa_attention"):

@@ -18,6 +18,7 @@ from ..errors import TensorcadError
 from ..hf.weights import weight_map
 from . import hf_weights, layout, prelude, rotary
 from .config import ConfigFields
+from .experts import moe_source, shared_mlp
 from .masks import Function, mask_function, mask_table, score_function
 from .mixer_code import MixerWriter
 from .mixer_runtime import MIXER_RUNTIME
@@ -68,6 +69,10 @@ class _Generator(ModelWriter, MixerWriter):
         if kind == "mlp":
             concept, source = MLPS[node.params["activation"]]
             return self.classes(concept, source, owner), [f("dim"), f("hidden"), f("mlp_bias")]
+        if kind == "moe":
+            shared = shared_mlp(node)
+            shared_class = self.classes(shared[0], shared[1], owner) if shared is not None else None
+            return self.classes("MoE", moe_source(node, f, shared_class), owner), ["config"]
         if kind == "linear":
             out = "vocab_size" if node.id == self.design.output else "out_features"
             return "nn.Linear", [f("dim"), f(out), f"bias={f('bias')}"]

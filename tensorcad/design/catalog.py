@@ -56,6 +56,63 @@ _MLP_PARAMS = (
     Param("bias", "bool", "biases on the projections", False),
 )
 
+# Mixture of experts (issue 44): a router picks top_k of `experts` MLPs for each token; shared experts take
+# every token. Names follow Megatron-LM's (moe_router_topk, moe_expert_capacity_factor, moe_token_drop_policy,
+# moe_aux_loss_coeff, moe_z_loss_coeff, moe_router_bias_update_rate) and transformers' (norm_topk_prob,
+# routed_scaling_factor, e_score_correction_bias, shared_expert_gate) where they say the same thing.
+_MOE = Kind(
+    "moe",
+    "A mixture of experts in place of a block's mlp: a router scores each token against every routed expert "
+    "(softmax or sigmoid of x . w_e), the top_k experts run on it and their outputs are summed with those "
+    "weights; shared experts run on every token. With a capacity factor an expert takes a bounded number of "
+    "tokens of its group and drops the rest (the token passes by the residual alone); without one it is dropless.",
+    (_X,),
+    (
+        Param("experts", "int", "routed experts", low=1, high=4096),
+        Param("top_k", "int", "experts each token is routed to; at most experts", low=1, high=4096),
+        Param("hidden", "int", "each routed expert's inner width (moe_intermediate_size)", low=1, high=MAX_WIDTH),
+        Param("activation", "enum", "each expert's activation, as an mlp's", "swiglu",
+              choices=("swiglu", "geglu", "gelu", "gelu_tanh", "relu")),
+        Param("bias", "bool", "biases on the experts' projections", False),
+        Param("router", "enum", "the score of each expert: softmax over the experts (Mixtral, Qwen-MoE, OLMoE) or "
+              "an independent sigmoid (DeepSeek-V3)", "softmax", choices=("softmax", "sigmoid")),
+        Param("normalize", "bool", "divide the top_k weights by their sum (Mixtral; Qwen3-MoE's norm_topk_prob); "
+              "false keeps the scores as they are (Qwen2-MoE, OLMoE)", True),
+        Param("router_bias", "bool", "a learned score-correction bias added to the scores to choose the experts, "
+              "not to weight them (DeepSeek-V3's e_score_correction_bias)", False),
+        Param("routed_scale", "float", "multiplies the routed experts' weighted sum (DeepSeek-V3's "
+              "routed_scaling_factor 2.5)", 1.0, 1e-6, 1e6),
+        Param("shared", "object", "the shared experts every token runs through, as one mlp's params {hidden, "
+              "activation, bias} (hidden = shared experts x their width); null for none", None, nullable=True),
+        Param("shared_gate", "bool", "the shared experts' output multiplied by sigmoid(x . g), g a learned "
+              "vector of dim (Qwen2-MoE's shared_expert_gate)", False),
+        Param("capacity", "float", "capacity factor: an expert takes at most ceil(capacity x group tokens x top_k "
+              "/ experts) tokens of its group (Switch; moe_expert_capacity_factor); null: dropless", None, 0.01,
+              1e4, nullable=True),
+        Param("drop", "enum", "which routed tokens past an expert's capacity are dropped (moe_token_drop_policy): "
+              "'none' (dropless; capacity null), 'position' the later tokens of the group, 'probs' those of the "
+              "lowest score", "none", choices=("none", "position", "probs")),
+        Param("capacity_scope", "enum", "the group a capacity counts: 'row', each row of the batch (Switch "
+              "Transformers), or 'batch', every token of the micro-batch (NLLB-MoE, Megatron's "
+              "token dispatcher)", "row", choices=("row", "batch")),
+        Param("aux_loss", "float", "coefficient of the load-balancing loss experts x sum_e f_e P_e, f_e the share "
+              "of routed tokens sent to expert e and P_e its mean score (Switch eq. 4; moe_aux_loss_coeff); 0: none",
+              0.0, 0, 1e3),
+        Param("aux_scope", "enum", "the tokens f and P are averaged over: 'micro_batch', 'global_batch' (across "
+              "micro-batches and data-parallel ranks, Megatron's global_aux_loss) or 'sequence' (each sequence "
+              "alone, then averaged: DeepSeek-V3's complementary sequence-wise loss)", "micro_batch",
+              choices=("micro_batch", "global_batch", "sequence")),
+        Param("z_loss", "float", "coefficient of the router z-loss mean(logsumexp(logits)^2) (ST-MoE eq. 5; "
+              "moe_z_loss_coeff); 0: none", 0.0, 0, 1e3),
+        Param("bias_update", "float", "auxiliary-loss-free balancing: after each step every correction bias moves "
+              "by this rate, up for an expert under the mean load, down above it (DeepSeek-V3's gamma; "
+              "moe_router_bias_update_rate); needs router_bias; null: none", None, 0, 1, nullable=True),
+    ),
+    counts="dim x experts router params, experts x an mlp's of hidden, and the shared mlp's; a token multiplies "
+           "the router, top_k experts and the shared ones (its active params), 2 FLOPs each; the experts it "
+           "skips are in total, not in active",
+)
+
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
@@ -104,6 +161,7 @@ KINDS: dict[str, Kind] = {
              counts="2 x dim params (dim without bias); FLOPs not counted"),
         Kind("mlp", "The feed-forward network of a block.", (_X,), _MLP_PARAMS,
              counts="2 or 3 (swiglu) x dim x hidden matmul params"),
+        _MOE,
         Kind(
             "rope",
             "Rotates pairs of features of each head by an angle proportional to position.",
@@ -222,7 +280,7 @@ KINDS: dict[str, Kind] = {
                 Param("residual_scale", "float", "multiplies each half's output before its residual add (Granite); "
                       "null for none", None, 1e-6, 1e6, nullable=True),
                 Param("attention", "object", "a gqa_attention's params"),
-                Param("mlp", "object", "an mlp's params"),
+                Param("mlp", "object", "an mlp's params, or {\"kind\": \"moe\", ...} a moe's params in its place"),
             ),
             extra_ports=True,
             extra_doc="any other port (doc, pos, a table) is handed down to its attention by name",

@@ -79,6 +79,35 @@ class Expander(MixerExpander):
     def _mlp(self, id, name, path, params, dim_in, handed) -> Node:
         return self._leaf("mlp", id, name, path, params, dim_in, dim_in)
 
+    def _moe(self, id, name, path, params, dim_in, handed) -> Node:
+        """A mixture of experts: its params checked against each other, the shared mlp's filled in."""
+        if params["top_k"] > params["experts"]:
+            raise TensorcadError(join(path, "top_k"), f"{params['top_k']} is more than the {params['experts']} experts")
+        if params["drop"] == "none" and params["capacity"] is not None:
+            raise TensorcadError(join(path, "capacity"), "a capacity factor drops the tokens past it; say which "
+                                                         "(drop 'position' or 'probs'), or leave capacity null (dropless)")
+        if params["drop"] != "none" and params["capacity"] is None:
+            raise TensorcadError(join(path, "drop"), f"drop {params['drop']!r} drops tokens past a capacity; "
+                                                     "give capacity (a factor), or drop 'none'")
+        if params["bias_update"] is not None and not params["router_bias"]:
+            raise TensorcadError(join(path, "bias_update"), "the auxiliary-loss-free update moves the score-"
+                                                            "correction bias; set router_bias true")
+        if params["shared"] is not None:
+            params = {**params, "shared": check_params(KINDS["mlp"], params["shared"], join(path, "shared"))}
+        elif params["shared_gate"]:
+            raise TensorcadError(join(path, "shared_gate"), "a gate scales the shared experts; give shared")
+        return self._leaf("moe", id, name, path, params, dim_in, dim_in)
+
+    def _ffn(self, name, path, raw, dim) -> Node:
+        """A block's feed-forward: an mlp, or a moe when its params say {"kind": "moe", ...}."""
+        kind = KINDS["mlp"]
+        if isinstance(raw, dict) and "kind" in raw:
+            check_kind(raw["kind"], join(path, "kind"))
+            if raw["kind"] not in ("mlp", "moe"):
+                raise TensorcadError(join(path, "kind"), f"a block's feed-forward is an mlp or a moe, not {shown(raw['kind'])}")
+            kind, raw = KINDS[raw["kind"]], {k: v for k, v in raw.items() if k != "kind"}
+        return self._build(kind, "mlp", f"{name}.mlp", path, raw, dim, {})
+
     def _table(self, id, name, path, params, dim_in, handed) -> Node:
         return self._leaf("table", id, name, path, params, None, None)
 
@@ -224,7 +253,7 @@ class Expander(MixerExpander):
                                                          "it takes neither post_norms nor pre_norms false")
         attention = self._build(KINDS["gqa_attention"], "attention", f"{name}.attention", join(path, "attention"),
                                 params["attention"], dim, self._hand(handed, f"{name}.attention"))
-        mlp = self._build(KINDS["mlp"], "mlp", f"{name}.mlp", join(path, "mlp"), params["mlp"], dim, {})
+        mlp = self._ffn(name, join(path, "mlp"), params["mlp"], dim)
         def norm_leaf(id):
             return self._leaf(norm.name, id, f"{name}.{id}", path, norm_params, dim, dim)
 

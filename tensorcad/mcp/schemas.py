@@ -53,7 +53,8 @@ _LAYER = closed({"name": STRING, "block": STRING, "mixer": STRING, "layers": INT
                  "packedFwdPerToken": NUMBER, "readsDocuments": BOOLEAN, "movesWithDocumentLength": BOOLEAN},
                 optional=("block", "packedFwdPerToken"))
 ANALYZE = closed({"design": STRING, "operatingPoint": operating_point_schema("report"),
-                  "params": closed({"total": INTEGER, "embedding": INTEGER, "matmul": INTEGER}),
+                  "params": closed({"total": INTEGER, "embedding": INTEGER, "matmul": INTEGER, "active": INTEGER},
+                                   ("active",)),  # active: only where a design has a moe
                   "flops": closed({**_FLOPS, "packed": closed(_FLOPS, optional=("packing", "fwdMixing"))},
                                   optional=("packing", "packed", "fwdMixing")),
                   "training": _TRAINING, "serving": _SERVING,

@@ -7,7 +7,7 @@ from functools import cached_property
 from ..design import load
 from ..design.model import Design
 from ..errors import as_text
-from . import context_parallel, mixers, packing, roles, rope, shapes  # noqa: F401  (each module registers its rules)
+from . import context_parallel, experts, mixers, packing, roles, rope, shapes  # noqa: F401  (each module registers its rules)
 from .registry import RULES, SEVERITIES, Diagnostic, Rule
 
 __all__ = ["RULES", "Diagnostic", "Rule", "check", "render"]

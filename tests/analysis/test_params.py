@@ -18,6 +18,16 @@ def test_total_equals_the_built_models_parameters(name):
     assert params.total == sum(p.numel() for p in model.parameters())  # a tied table counts once
     tables = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
     assert params.embedding == tables
-    # every weight a token multiplies: each nn.Linear's weight, the tied head included
+    # every weight a token multiplies: each nn.Linear's weight, the tied head included, and of a mixture of
+    # experts' (E, ...) expert tensors the top_k experts' share
     matrices = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    idle = 0
+    for m in model.modules():
+        if isinstance(getattr(m, "down_proj", None), torch.nn.Parameter):  # a MoE: experts as (E, ...) tensors
+            own = [p for p in m.parameters(recurse=False)]
+            weights, biases = (sum(p.numel() for p in own if p.dim() == d) for d in (3, 2))
+            matrices += weights * m.top_k // m.n_experts
+            idle += (weights + biases) * (m.n_experts - m.top_k) // m.n_experts
     assert params.matmul == matrices
+    routes = any(node.kind == "moe" for node, _ in small.walk())
+    assert params.active == (params.total - idle if routes else None)

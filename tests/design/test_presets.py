@@ -9,7 +9,7 @@ from tensorcad.analysis.params import count_params
 from tensorcad.design import load, preset_names
 
 PRESETS = ["gpt2-small", "gpt2-small-documents", "llama-3-70b", "llama-3-8b", "llama-3-8b-documents", "llama-3.1-405b",
-           "mamba2-hybrid-documents", "mistral-7b", "nano-sort", "t5-bias"]
+           "mamba2-hybrid-documents", "mistral-7b", "mixtral-8x7b", "nano-sort", "qwen3-30b-a3b", "t5-bias"]
 
 
 def test_every_preset_ships():
@@ -59,3 +59,32 @@ def test_cli_lists_presets_with_their_counts():
     run = subprocess.run([sys.executable, "-m", "tensorcad.cli", "presets"], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert "8,030,261,248" in run.stdout and "124,439,808" in run.stdout
+
+
+def _moe(vocab, dim, layers, heads, kv, experts, top_k, hidden, qk_norm):
+    """(total, active) of a dropless MoE decoder, shape by shape: untied embedding and head, per layer
+    q and o (dim x heads x 128), k and v (dim x kv x 128), q/k norms of 128, the router (dim x experts),
+    every expert's three matrices (3 x dim x hidden) and two RMSNorm scales; one final norm. Active keeps
+    top_k of the experts."""
+    attention = 2 * dim * heads * 128 + 2 * dim * kv * 128 + (2 * 128 if qk_norm else 0)
+    expert = 3 * dim * hidden
+    per_layer = attention + dim * experts + experts * expert + 2 * dim
+    total = 2 * vocab * dim + layers * per_layer + dim
+    return total, total - layers * (experts - top_k) * expert
+
+
+def test_mixtral_8x7b_has_its_published_total_and_active_params():
+    # Mistral AI, "Mixtral of experts" (2024): 46.7B total, 12.9B active a token
+    p = count_params(load("mixtral-8x7b"))
+    assert (p.total, p.active) == _moe(32_000, 4096, 32, 32, 8, 8, 2, 14_336, False)
+    assert abs(p.total / 46.7e9 - 1) < 0.01 and abs(p.active / 12.9e9 - 1) < 0.01
+
+
+def test_qwen3_30b_a3b_has_its_published_total_and_active_params():
+    # Qwen3-30B-A3B's model card: 30.5B total, 3.3B activated. The count from its config's shapes is 3.353B
+    # active, 1.6% over 3.3B: the card's figure is cut to one decimal, not rounded (3.35 -> 3.3), so active is
+    # held to 3.35B within 1% and to the card's 3.3B within 2%.
+    p = count_params(load("qwen3-30b-a3b"))
+    assert (p.total, p.active) == _moe(151_936, 2048, 48, 32, 4, 128, 8, 768, True)
+    assert abs(p.total / 30.5e9 - 1) < 0.01
+    assert abs(p.active / 3.35e9 - 1) < 0.01 and abs(p.active / 3.3e9 - 1) < 0.02
