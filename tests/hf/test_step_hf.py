@@ -189,3 +189,29 @@ def test_a_small_llama_its_own_loss_alone_and_padded():
     with pytest.raises(TensorcadError, match="^loss: LlamaModel returned no loss for the batch's labels$") as caught:
         step_of(bare).loss_and_logits(read)
     assert caught.value.path == "loss"
+
+
+def test_the_step_certifies_the_call_the_loop_makes_and_names_it():
+    # A config with the cache on (what save_pretrained writes): the Trainer's call (use_cache=False) keeps the
+    # documents apart, a plain model(**batch) does not. Each verdict established first, by the model's own loss.
+    model = tiny_model("llama")
+    model.config.use_cache = True
+    ids, documents, positions, batch = collated(LENGTHS)
+    model.train()
+    inputs = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
+    with torch.no_grad():
+        alone = float(alone_loss(model, ids, LENGTHS))
+        trainer = float(model(**inputs, use_cache=False).loss)
+        plain = float(model(**inputs).loss)
+    assert abs(trainer - alone) < 1e-5 < 1e-3 < abs(plain - alone)
+    assert_step_loss(model, inputs, call="trainer")
+    with pytest.raises(CertificateError, match="the loss is not the documents' own") as caught:
+        assert_step_loss(model, inputs, call="plain")
+    assert caught.value.report.packed == pytest.approx(plain, abs=1e-5)
+    from tensorcad.runtime.certification import certify_step
+
+    report = certify_step(model, inputs, only=["step[loss]"], call="plain")
+    assert report.call == "plain (model(**batch): use_cache=True as the config says)"
+    assert report.message().endswith("\ncall: plain (model(**batch): use_cache=True as the config says)")
+    with pytest.raises(Exception, match="call: unknown call 'fast' \\(calls: trainer, plain"):
+        certify_step(model, inputs, only=["step[loss]"], call="fast")
