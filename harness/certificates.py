@@ -39,15 +39,16 @@ def unpack_batch(ids: Any, documents: Any, positions: Any, who: str) -> tuple[An
     return ids, documents, positions
 
 
-def model_function(model: Any) -> Any:
+def model_function(model: Any, call: str = "trainer") -> Any:
     """What the checks call as ``model_fn(ids, documents, positions)``: a Hugging Face model adapted.
 
-    ``harness.adapters.adapt`` recognises a Hugging Face model and wraps it (or refuses,
-    saying what to wrap); anything else is called as it is.
+    ``harness.adapters.adapt`` recognises a Hugging Face model and wraps it, called as
+    ``call`` says (``tensorcad.hf.calls``: ``trainer``, ``plain``), or refuses, saying what
+    to wrap; anything else is called as it is.
     """
     from tensorcad.hf import adapt
 
-    return adapt(model)
+    return adapt(model, call)
 
 
 def alone_function(model: Any, model_fn: Any, alone_fn: Any = None) -> Any:
@@ -299,10 +300,10 @@ def model_subject(factory: str, settings: Any, batch: Any = None) -> Any:
     from tensorcad.runtime.certification import ModelSubject, import_factory
 
     made = import_factory(factory, "tensorcad_models")()
-    model_fn = model_function(made)
+    model_fn = model_function(made, settings.call)
     collator = import_factory(settings.collator, "tensorcad_collator")() if settings.collator else None
     return ModelSubject(model_fn, settings, given_batch=batch, collator=collator,
-                        alone=alone_function(made, model_fn), name=factory)
+                        alone=alone_function(made, model_fn), name=factory, call=settings.call)
 
 
 __all__ = ["CertificateError", "IsolationReport", "assert_faithful", "assert_gradients_isolated",

@@ -22,7 +22,7 @@ import pytest
 from tensorcad.errors import TensorcadError
 from tensorcad.runtime.building import Settings
 
-from .options import COLLECT_DEST, DESIGN_SUFFIXES, INI_DESIGNS, settings_from_options
+from .options import COLLECT_DEST, DESIGN_SUFFIXES, INI_CALL, INI_DESIGNS, settings_from_options
 
 
 def design_roots(config: pytest.Config) -> list[Path]:
@@ -71,9 +71,10 @@ def collect_file(file_path: Path, parent: pytest.Collector) -> DesignFile | None
 
 
 def base_settings(config: pytest.Config) -> Settings:
-    """The settings the command line gives (the defaults unless a --tensorcad-* option is set)."""
+    """The settings the command line and the ini give (the defaults unless a --tensorcad-* option is set)."""
+    call = {"call": config.getini(INI_CALL).strip()} if config.getini(INI_CALL).strip() else {}
     try:
-        return Settings(**settings_from_options(config.getoption))
+        return Settings(**settings_from_options(config.getoption), **call)
     except TensorcadError as error:
         raise pytest.UsageError(str(error)) from None
 

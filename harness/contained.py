@@ -129,7 +129,7 @@ def child(spec_path: str) -> int:
             from tensorcad.runtime.certification import failed
 
             check = failed(name, str(error))
-        _report({"check": check.to_json()})
+        _report({"check": {**check.to_json(), "call": subject.call_line}})  # which call ran, as reports say
     return 0
 
 

@@ -90,21 +90,23 @@ class ModelRun:
         self.crashes: dict[str, Any] = {}
         self.subject = None
 
-    def check(self, name: str, wanted: list[str]) -> tuple[str, str]:
-        """(status, message) of check ``name``; ``wanted``: the checks a child may run with it, in order."""
+    def check(self, name: str, wanted: list[str]) -> tuple[str, str, str | None]:
+        """(status, message, the call certified) of check ``name``; ``wanted``: the checks a child may run
+        with it, in order. The call is None when no model was made to call."""
         if not self.contained:
             from tensorcad.runtime.certification import run_check
 
             if self.subject is None:
                 self.subject = model_subject(self.factory, self.settings, self.batch)
             check = run_check(self.subject, name)
-            return check.status, check.message
+            return check.status, check.message, self.subject.call_line
         if name not in self.results and name not in self.crashes:
             self._run_child([n for n in wanted[wanted.index(name):] if n not in self.results]
                             if name in wanted else [name])
         if name in self.crashes:
-            return "failed", self.crashes[name].message()
-        return self.results[name]["status"], self.results[name]["message"]
+            return "failed", self.crashes[name].message(), None
+        result = self.results[name]
+        return result["status"], result["message"], result.get("call")
 
     def _run_child(self, wanted: list[str]) -> None:
         from .contained import Crash, run_contained
@@ -124,9 +126,15 @@ class ModelRun:
             self.crashes[crash.check] = crash
 
 
-def conclude(item: pytest.Item, status: str, message: str) -> None:
-    """A certificate's (status, message) as the item's outcome: a skip with its reason, a failure with its message."""
+def conclude(item: pytest.Item, status: str, message: str, call: str | None = None) -> None:
+    """A certificate's (status, message) as the item's outcome: a skip with its reason, a failure with its message.
+
+    ``call``, the call of the model certified (``tensorcad.hf.calls``), is the item's ``tensorcad_call``
+    property (JUnit XML carries it) and ends a failure's or a skip's message, as the CLI's table names it."""
     __tracebackhide__ = True  # a failure shows the user's line and the message, not this frame
+    if call is not None:
+        item.user_properties.append(("tensorcad_call", call))
+        message = f"{message}\ncall: {call}"
     item.outcome_message = message
     if status == "skipped":
         raise pytest.skip.Exception(message, _use_item_location=True)

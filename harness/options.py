@@ -20,6 +20,8 @@ INI_DESIGNS = "tensorcad_designs"
 # A user's own models, collected: factories "pkg.module:factory", each run in a child process by default.
 INI_MODELS = "tensorcad_models"
 INI_COLLATOR = "tensorcad_collator"
+# How the project's loop calls a Hugging Face model (tensorcad.hf.calls): what every model certificate runs.
+INI_CALL = "tensorcad_call"
 SUBPROCESS = "--tensorcad-subprocess"
 NO_SUBPROCESS = "--no-tensorcad-subprocess"
 SUBPROCESS_DEST = "tensorcad_subprocess"
@@ -57,7 +59,8 @@ MARKERS = {
         "forms=('eager', 'flex')): configure the tensorcad_* fixtures of a test "
         "(design: a preset name or a .json/.yaml path relative to the test file or rootdir; "
         "pack=None turns packing off; model='pkg.module:factory': a user's model instead of a design; "
-        "collator='pkg.module:factory': the batch that collator packs)"
+        "collator='pkg.module:factory': the batch that collator packs; call='trainer'|'plain': how your loop calls "
+        "a Hugging Face model, as ini tensorcad_call)"
     ),
     "isolation": "tensorcad category: packed documents never see each other (what gates CI)",
     "faithful": "tensorcad category: each packed document computed as if it ran alone",
@@ -143,6 +146,10 @@ def add_options(parser) -> None:
                        "faithful, isolation[gradients] and step[...] items")
     parser.addini(INI_COLLATOR, type="string", default="",
                   help="a collator factory 'pkg.module:factory': collected models are checked on the batch it packs")
+    parser.addini(INI_CALL, type="string", default="",
+                  help="how your loop calls a Hugging Face model, what its certificates run and name: 'trainer' "
+                       "(as transformers' Trainer: use_cache=False; the default) or 'plain' (model(**batch): "
+                       "the config's own use_cache)")
 
 
 def settings_from_options(getoption) -> dict:

@@ -27,10 +27,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in options.MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}" if name != "tensorcad" else doc)
-    if options.settings_from_options(config.getoption) != options.default_settings():
+    if (options.settings_from_options(config.getoption) != options.default_settings()
+            or config.getini(options.INI_CALL).strip()):
         from .collect import base_settings
 
-        base_settings(config)  # a bad --tensorcad-* value is a usage error now, not at each test
+        base_settings(config)  # a bad --tensorcad-* (or tensorcad_call) value is a usage error now, not at each test
     if config.getini(options.INI_DESIGNS) or config.getoption(options.COLLECT_DEST):
         from .collect import add_design_args
 

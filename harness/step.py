@@ -6,7 +6,10 @@ else next-token cross-entropy; or ``loss(logits, labels)``), ``reduction``
 (``"token"``, ``"document"``, ``"sequence"`` or ``reduce(tokens, rows)``),
 ``shift`` (None: the loss's own, or detected from the labels; ``"inside"``,
 ``"shifted"``), and for accumulation ``accumulation`` (``"num_items_in_batch"``,
-``"mean"`` or ``weight(micro_batch, micro_batches)``). Each returns its
+``"mean"`` or ``weight(micro_batch, micro_batches)``), and ``call``: how the loop
+calls a Hugging Face model (``"trainer"``: ``use_cache=False`` as transformers'
+Trainer passes it, the default; ``"plain"``: ``model(**batch)``, the config's own
+``use_cache``), which the report names. Each returns its
 result and raises ``CertificateError`` (an ``AssertionError``, the result as
 ``err.report``) saying what differs, where and by how much.
 
@@ -24,16 +27,16 @@ from .certificates import CertificateError, alone_function, model_function
 
 
 def _certified(model: Any, batch: Any, only: tuple[str, ...] | None, *, alone_fn: Any = None,
-               **options: Any) -> Any:
+               call: str = "trainer", **options: Any) -> Any:
     from tensorcad.hf import is_hf_model
     from tensorcad.runtime.certification import certify_step
 
     if is_hf_model(model):
-        step_model, alone = model, None  # its own loss, called as a Trainer calls it
+        step_model, alone = model, None  # its own loss, called as the loop calls it
     else:
-        step_model = model_function(model)
+        step_model = model_function(model, call)
         alone = alone_function(model, step_model, alone_fn)
-    return certify_step(step_model, batch, alone=alone, only=only, **options)
+    return certify_step(step_model, batch, alone=alone, only=only, call=call, **options)
 
 
 def _one(name: str, model: Any, batch: Any, **options: Any) -> Any:
@@ -59,6 +62,7 @@ def assert_step_faithful(
     alone_fn: Callable[..., Any] | None = None,
     atol: float | None = None,
     rtol: float | None = None,
+    call: str = "trainer",
 ) -> Any:
     """The whole training step equals training on the documents alone, under the reduction declared.
 
@@ -70,14 +74,14 @@ def assert_step_faithful(
     __tracebackhide__ = True
     report = _certified(model, batch, None, loss=loss, reduction=reduction, shift=shift,
                         accumulation=accumulation, micro_batches=micro_batches, alone_fn=alone_fn,
-                        atol=atol, rtol=rtol)
+                        atol=atol, rtol=rtol, call=call)
     if not report.passed:
         raise CertificateError("the training step is not the documents' own\n" + report.message(), report)
     return report
 
 
 def assert_step_labels(model: Any, batch: Mapping[str, Any], *, loss: Callable[..., Any] | None = None,
-                       shift: str | None = None) -> Any:
+                       shift: str | None = None, call: str = "trainer") -> Any:
     """Every supervised target is predicted from a position of its own document (``step[labels]``).
 
     The shift is the loss's (a Hugging Face model's own shifts inside), declared, or
@@ -85,12 +89,12 @@ def assert_step_labels(model: Any, batch: Mapping[str, Any], *, loss: Callable[.
     and what the collator must write (-100). Returns a ``LabelsResult``.
     """
     __tracebackhide__ = True
-    return _one("step[labels]", model, batch, loss=loss, shift=shift)
+    return _one("step[labels]", model, batch, loss=loss, shift=shift, call=call)
 
 
 def assert_step_loss(model: Any, batch: Mapping[str, Any], *, loss: Callable[..., Any] | None = None,
                      reduction: Any = "token", shift: str | None = None, alone_fn: Callable[..., Any] | None = None,
-                     atol: float | None = None, rtol: float | None = None) -> Any:
+                     atol: float | None = None, rtol: float | None = None, call: str = "trainer") -> Any:
     """The packed loss equals the documents run alone, reduced as declared (``step[loss]``).
 
     When the loss is another named reduction, the message names it and what each
@@ -98,12 +102,13 @@ def assert_step_loss(model: Any, batch: Mapping[str, Any], *, loss: Callable[...
     """
     __tracebackhide__ = True
     return _one("step[loss]", model, batch, loss=loss, reduction=reduction, shift=shift, alone_fn=alone_fn,
-                atol=atol, rtol=rtol)
+                atol=atol, rtol=rtol, call=call)
 
 
 def assert_step_gradients(model: Any, batch: Mapping[str, Any], *, loss: Callable[..., Any] | None = None,
                           reduction: Any = "token", shift: str | None = None,
-                          alone_fn: Callable[..., Any] | None = None, rtol: float | None = None) -> Any:
+                          alone_fn: Callable[..., Any] | None = None, rtol: float | None = None,
+                          call: str = "trainer") -> Any:
     """Every parameter's gradient from the packed step equals the documents' alone (``step[gradients]``).
 
     The failure names the parameter with the largest relative gap, and both gradient
@@ -111,14 +116,16 @@ def assert_step_gradients(model: Any, batch: Mapping[str, Any], *, loss: Callabl
     """
     __tracebackhide__ = True
     return _one("step[gradients]", model, batch, loss=loss, reduction=reduction, shift=shift, alone_fn=alone_fn,
-                rtol=rtol)
+                rtol=rtol, call=call)
 
 
 def assert_step_accumulation(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
                              accumulation: Any = "num_items_in_batch", micro_batches: int = 2,
                              loss: Callable[..., Any] | None = None, reduction: Any = "token",
                              shift: str | None = None, alone_fn: Callable[..., Any] | None = None,
-                             rtol: float | None = None) -> Any:
+                             rtol: float | None = None,
+    call: str = "trainer",
+) -> Any:
     """Micro-batches accumulated as the loop does give the whole batch's gradient (``step[accumulation]``).
 
     ``batch``: one batch dict, split into ``micro_batches`` (whole rows, or one row
@@ -128,18 +135,21 @@ def assert_step_accumulation(model: Any, batch: Mapping[str, Any] | Sequence[Map
     """
     __tracebackhide__ = True
     return _one("step[accumulation]", model, batch, accumulation=accumulation, micro_batches=micro_batches,
-                loss=loss, reduction=reduction, shift=shift, alone_fn=alone_fn, rtol=rtol)
+                loss=loss, reduction=reduction, shift=shift, alone_fn=alone_fn, rtol=rtol, call=call)
 
 
 def assert_eval_parity(model: Any, batch: Mapping[str, Any], *, loss: Callable[..., Any] | None = None,
                        reduction: Any = "token", shift: str | None = None, atol: float | None = None,
-                       rtol: float | None = None) -> Any:
+                       rtol: float | None = None,
+    call: str = "trainer",
+) -> Any:
     """The packed eval loss equals the documents evaluated unpacked, one a padded row (``eval[parity]``).
 
     Returns a ``LossResult``.
     """
     __tracebackhide__ = True
-    return _one("eval[parity]", model, batch, loss=loss, reduction=reduction, shift=shift, atol=atol, rtol=rtol)
+    return _one("eval[parity]", model, batch, loss=loss, reduction=reduction, shift=shift, atol=atol, rtol=rtol,
+                call=call)
 
 
 __all__ = ["assert_eval_parity", "assert_step_accumulation", "assert_step_faithful", "assert_step_gradients",

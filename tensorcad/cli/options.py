@@ -142,6 +142,10 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--packing", choices=("position_ids", "mask", "flash_kwargs"), default="position_ids",
                    help="how you pass packed documents: the collator's position_ids (the cache as the config "
                         "says), a 4D document mask, or flash attention's cu_seq_lens (default position_ids)")
+    g.add_argument("--call", choices=("trainer", "plain"), default="trainer",
+                   help="how your loop calls the model, what every certificate runs and names: 'trainer' as "
+                        "transformers' Trainer (and TRL) calls it, use_cache=False; 'plain' model(**batch), the "
+                        "config's own use_cache, as a hand-written loop (default trainer)")
     g.add_argument("--collator", metavar="PKG.MODULE:FACTORY",
                    help="pack the batch with this collator (transformers:DataCollatorWithFlattening)")
     g.add_argument("--replica", action="store_true",
@@ -194,6 +198,7 @@ def settings_option(args: argparse.Namespace):
         pack, spread = packing.mean, packing.spread
     try:
         return Settings(seq=args.seq, pack=pack, spread=spread, params=args.params, seed=args.seed,
-                        method="each" if getattr(args, "each_document", False) else "grouped")
+                        method="each" if getattr(args, "each_document", False) else "grouped",
+                        call=getattr(args, "call", None) or "trainer")
     except TensorcadError as error:
         raise TensorcadError("--" + error.path.removeprefix("tensorcad."), error.message) from None

@@ -222,7 +222,7 @@ def _model_title(pretrained) -> str:
     packed = (f"packed by {pretrained.packing}" if pretrained.subject.collator is None
               else "packed by the collator")
     return (f"{pretrained.subject.name}: transformers' {type(pretrained.model).__name__}, {pretrained.weights}, "
-            f"{packed}; at seq {s.seq}, {pack}, seed {s.seed}, {s.rows} rows")
+            f"{packed}, called {pretrained.subject.call_line}; at seq {s.seq}, {pack}, seed {s.seed}, {s.rows} rows")
 
 
 def _prefixed(name: str, progress):

@@ -4,6 +4,8 @@
   `import_hf("path/to/config.json" or a model directory)`, the design `tensorcad import-hf` writes;
 - ``weights``: `weight_map(design)`, the table a generated model loads transformers'
   weights through;
+- ``calls``: how the user's loop calls a model (``trainer``, ``plain``), the call every
+  certificate runs and names;
 - ``adapters``: a Hugging Face model (or any model) as the ``model_fn(ids, documents,
   positions)`` the certificates call, packed the way it is trained (`hf_causal_lm`);
 - ``vision``: samples with images packed in one row for Qwen2-VL / Qwen2.5-VL, the 4-row
@@ -22,6 +24,7 @@ from typing import Any
 
 from ..errors import TensorcadError, shown
 from .adapters import PACKINGS, adapt, call, document_mask, hf_causal_lm, is_encoder, is_hf_model, unwrapped
+from .calls import CALLS, DEFAULT_CALL, call_kwargs, call_line, check_call
 from .config import Disposition, Reader, looks_like_config, read_config
 from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
 from .vision import VisionRows, vision_rows
@@ -32,7 +35,8 @@ from .families import SUPPORTED as _FIRST
 
 SUPPORTED = _FIRST + tuple(READERS)
 
-__all__ = ["PACKINGS", "SUPPORTED", "Disposition", "adapt", "call", "design_from_config", "diagnose",
+__all__ = ["CALLS", "DEFAULT_CALL", "PACKINGS", "SUPPORTED", "Disposition", "adapt", "call", "call_kwargs",
+           "call_line", "check_call", "design_from_config", "diagnose",
            "diagnose_failure", "dispositions", "document_mask", "hf_causal_lm", "import_hf", "is_encoder",
            "is_hf_model", "load_design", "looks_like_config", "reachable_hf_models", "unwrapped", "VisionRows",
            "vision_rows"]

@@ -6,7 +6,8 @@ generated model takes exactly those; anything else says how to map them.
 
 ```python
 from harness import adapt, call, hf_causal_lm           # or from tensorcad.hf: the same functions
-model_fn = hf_causal_lm(model)                         # packed position_ids, use_cache=False
+model_fn = hf_causal_lm(model)                         # packed position_ids, called as the Trainer calls it
+model_fn = hf_causal_lm(model, call="plain")           # ... as model(**batch) calls it: the config's use_cache
 model_fn = hf_causal_lm(model, packing="mask")         # a 4D mask (a BlockMask under flex_attention)
 model_fn = call(model, ids="input_ids", positions="position_ids", output="logits", use_cache=False)
 model_fn = adapt(anything)                             # what assert_isolated does with what it is given
@@ -27,6 +28,7 @@ from typing import Any
 
 from tensorcad.errors import TensorcadError
 
+from .calls import DEFAULT_CALL, call_kwargs, check_call
 from .hybrid.packing import REFUSAL, mixer_hint, seq_idx_refusal
 
 PACKINGS = ("position_ids", "mask", "flash_kwargs", "seq_idx")
@@ -90,11 +92,12 @@ def _positions(documents: Any, positions: Any) -> Any:
 class _Adapted:
     """A model_fn that remembers the model it calls (the harness reads its config and diagnoses it)."""
 
-    def __init__(self, model: Any, fn: Callable[[Any, Any, Any], Any], description: str):
+    def __init__(self, model: Any, fn: Callable[[Any, Any, Any], Any], description: str, call: str | None = None):
         self.model = model
         self.config = getattr(model, "config", None)
         self._fn = fn
         self.description = description
+        self.call = call  # a Hugging Face model's call (hf.calls), None for a call spelled out by keyword
 
     def __call__(self, ids: Any, documents: Any, positions: Any = None) -> Any:
         return self._fn(ids, documents, positions)
@@ -149,13 +152,15 @@ def document_mask(model: Any, documents: Any) -> Any:
     return torch.zeros(keep.shape, dtype=dtype, device=keep.device).masked_fill(~keep, torch.finfo(dtype).min)[:, None]
 
 
-def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int | None = None) -> _Adapted:
+def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int | None = None,
+                 call: str = DEFAULT_CALL) -> _Adapted:
     """A Hugging Face model as ``model_fn(ids, documents, positions) -> logits``, packed the way ``packing`` says.
 
     - ``"position_ids"``: the packed position ids (restarting per document, as
-      ``DataCollatorWithFlattening`` gives them), no attention mask and
-      ``use_cache=False``: transformers reads the documents from the
-      restarting positions only when neither a 2D mask nor a cache exists.
+      ``DataCollatorWithFlattening`` gives them), no attention mask:
+      transformers reads the documents from the restarting positions only
+      when neither a 2D mask nor a cache exists (so ``call="plain"`` on a
+      config with ``use_cache: true`` leaks, as the user's own loop would).
       Encoders do not read packing from positions at all, so they are refused: use ``"mask"``.
     - ``"mask"``: the document mask as a 4D mask (additive floats for eager and
       sdpa, a BlockMask for flex_attention; an encoder's has no tril).
@@ -172,8 +177,11 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
       refuses them, the call fails with one line naming the family, its
       stateful layers and what they need.
 
-    ``positions`` None: derived from the documents. The output is ``logits``
-    (``last_hidden_state`` for a bare encoder) unless ``output`` names another.
+    ``call`` is how the user's loop calls the model (`hf.calls`): ``"trainer"``
+    passes ``use_cache=False`` as transformers' Trainer does, ``"plain"``
+    passes nothing but the batch. ``positions`` None: derived from the
+    documents. The output is ``logits`` (``last_hidden_state`` for a bare
+    encoder) unless ``output`` names another.
     """
     if packing not in PACKINGS:
         raise TensorcadError("packing", f"unknown packing {packing!r} (packings: {', '.join(PACKINGS)})")
@@ -193,8 +201,7 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
         _window(model.config)  # refuse a model whose layers differ now, not on the first call
     if packing == "seq_idx" and seq_idx_refusal(unwrapped(model)) is not None:
         raise TensorcadError("packing", seq_idx_refusal(unwrapped(model)))
-    # A compiled model's forward takes (*args, **kwargs): read the keywords from the model it compiles.
-    extra = {"use_cache": False} if "use_cache" in inspect.signature(unwrapped(model).forward).parameters else {}
+    extra = call_kwargs(model, check_call(call))
 
     def model_fn(ids, documents, positions=None):
         positions = _positions(documents, positions)
@@ -215,7 +222,7 @@ def hf_causal_lm(model: Any, packing: str = "position_ids", *, output: str | int
         return out.reshape(B, T, *out.shape[2:])
 
     name = type(unwrapped(model)).__name__ + (", compiled" if unwrapped(model) is not model else "")
-    return _Adapted(model, model_fn, f"hf_causal_lm({name}, packing={packing!r})")
+    return _Adapted(model, model_fn, f"hf_causal_lm({name}, packing={packing!r}, call={call!r})", call)
 
 
 def _seq_idx_call(model: Any, ids: Any, documents: Any, positions: Any, extra: dict, output: Any) -> Any:
@@ -303,19 +310,19 @@ def _takes_three(fn: Callable) -> bool:
     return len(positional) >= 3 and len(required) <= 3 and all(p in positional[:3] for p in required)
 
 
-def adapt(obj: Any) -> Callable[[Any, Any, Any], Any]:
+def adapt(obj: Any, call: str = DEFAULT_CALL) -> Callable[[Any, Any, Any], Any]:
     """What the harness calls: ``obj`` itself when it takes ``(ids, documents, positions)``, else an adapter.
 
     A Hugging Face model is adapted with ``hf_causal_lm``: packed position ids
     for a decoder, a 4D mask for an encoder (transformers' encoders do not read
-    packing from position ids). Anything else whose call does not take three
+    packing from position ids), called as ``call`` says (`hf.calls`). Anything else whose call does not take three
     positional arguments is refused with a one-line ``TypeError`` saying what
     to wrap and how.
     """
     if isinstance(obj, _Adapted):
         return obj
     if is_hf_model(obj):
-        return hf_causal_lm(obj, packing="mask" if is_encoder(obj) else "position_ids")
+        return hf_causal_lm(obj, packing="mask" if is_encoder(obj) else "position_ids", call=call)
     if not callable(obj):
         raise TypeError(f"model_fn: expected a model or a callable, got {type(obj).__name__}")
     forward = obj.forward if hasattr(obj, "forward") and callable(getattr(obj, "forward")) else obj

@@ -20,14 +20,21 @@ from ..errors import TensorcadError
 
 
 def _child(pipe, design: Any, settings: Any) -> None:
-    """In the child: the design loaded, built and certified, each check announced, the certificate sent."""
+    """In the child: the design loaded, built and certified (or the model ``settings.model`` makes, as
+    `tensorcad certify --model` certifies it), each check announced, the certificate sent."""
     from tensorcad.hf import load_design
-    from tensorcad.runtime.certification.registry import run_checks
+    from tensorcad.runtime.certification.registry import MODEL_CHECKS, run_checks
     from tensorcad.views import answers
 
     try:
-        subject = answers.certify_subject(load_design(design), settings, seq_path="seq")
-        checks = run_checks(subject, answers.certify_checks(),
+        if settings.model is not None:
+            from tensorcad.runtime.certification.subjects.pretrained import factory_subject
+
+            subject, names = factory_subject(settings.model, settings).subject, MODEL_CHECKS
+        else:
+            subject = answers.certify_subject(load_design(design), settings, seq_path="seq")
+            names = answers.certify_checks()
+        checks = run_checks(subject, names,
                             lambda name, done, count: pipe.send(("progress", name, done, count)))
         pipe.send(("result", answers.certificate(subject, checks)))
     except TensorcadError as e:

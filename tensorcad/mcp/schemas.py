@@ -81,4 +81,4 @@ _CHECK = closed({"name": STRING, "status": {"type": "string", "enum": ["passed",
                  "outcome": STRING, "passed": BOOLEAN, "skipped": BOOLEAN, "message": STRING, "figures": OBJECT,
                  "seconds": NUMBER})
 CERTIFY = closed({"design": STRING, "passed": BOOLEAN, "settings": OBJECT,
-                  "checks": {"type": "array", "items": _CHECK}})
+                  "checks": {"type": "array", "items": _CHECK}, "call": STRING}, optional=("call",))

@@ -9,7 +9,8 @@ engine reports (``operating_point_schema("input")``): ``{"seq": 8192,
 from __future__ import annotations
 
 import base64
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
 
 import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
@@ -42,7 +43,7 @@ def _op(raw, design):
     return operating_point_of(raw, design, "op")
 
 
-def _settings(seq, pack, spread, params, seed):
+def _settings(seq, pack, spread, params, seed, call=None):
     from tensorcad.runtime.building.settings import DEFAULTS, Settings  # no torch
 
     from ..packing import packing_of
@@ -61,7 +62,7 @@ def _settings(seq, pack, spread, params, seed):
         pack, spread = packing.mean, packing.spread
     try:
         return Settings(seq=seq, pack=pack, spread=spread, params=params,
-                        seed=DEFAULTS["seed"] if seed is None else seed)
+                        seed=DEFAULTS["seed"] if seed is None else seed, call=call or "trainer")
     except TensorcadError as e:
         raise TensorcadError(e.path.removeprefix("tensorcad."), e.message) from None
 
@@ -135,12 +136,26 @@ def register(server: MCPServer) -> None:
 
     @tool(server, f"Certify a design as `tensorcad certify` does (rules, isolation, closed form, block counts, "
                   f"the training step) on a model scaled to at most {MAX_CERTIFY_PARAMS:,} parameters, rows of at most "
-                  f"{MAX_CERTIFY_SEQ} tokens, within {CERTIFY_SECONDS:g} s.", schemas.CERTIFY)
-    def certify(design: Design, seq: int | None = None, pack: float | None = None, spread: float | None = None,
+                  f"{MAX_CERTIFY_SEQ} tokens, within {CERTIFY_SECONDS:g} s; or, given model='pkg.module:factory' "
+                  "instead of a design, the model certificates of what that factory makes, as `tensorcad certify "
+                  "--model` runs them, called as `call` says ('trainer': as transformers' Trainer, use_cache=False; "
+                  "'plain': model(**batch), the config's own use_cache).", schemas.CERTIFY)
+    def certify(design: Design | None = None, model: str | None = None, call: Literal["trainer", "plain"] | None = None,
+                seq: int | None = None, pack: float | None = None, spread: float | None = None,
                 params: int | None = None, seed: int | None = None, ctx: Context | None = None) -> dict:
         from .certify_process import certify_in_child
 
-        settings = _settings(seq, pack, spread, params, seed)
+        if (design is None) == (model is None):
+            raise TensorcadError("design", "give a design, or model='pkg.module:factory' (one of them)")
+        if call is not None and model is None:
+            raise TensorcadError("call", "is how a model's loop calls it: give it with model='pkg.module:factory'")
+        settings = _settings(seq, pack, spread, params, seed, call)
+        if model is not None:
+            from tensorcad.runtime.certification.certificates import MODEL_CHECKS  # no torch at import
+
+            settings = replace(settings, model=model)  # a bad factory name is refused here, in one line
+            return certify_in_child(None, settings, CERTIFY_SECONDS, len(MODEL_CHECKS),
+                                    lambda done, count, message: _notify(ctx, done, count, message))
         _design(design)  # a bad design is refused here, before a process is started
         # In a child killed at the deadline, building the scaled model included: a check is never waited out.
         return certify_in_child(design, settings, CERTIFY_SECONDS, len(answers.certify_checks()),

@@ -133,8 +133,11 @@ def lengths_summary(lengths) -> dict:
 def certificate(subject, checks) -> dict:
     """One design's (or model's) certification: whether it passed, at which settings, and each check's outcome."""
     name = subject.design.name if subject.design is not None else subject.name
-    return {"design": name, "passed": all(c.status != "failed" for c in checks),
-            "settings": subject.settings.to_json(), "checks": [c.to_json() for c in checks]}
+    answer = {"design": name, "passed": all(c.status != "failed" for c in checks),
+              "settings": subject.settings.to_json(), "checks": [c.to_json() for c in checks]}
+    if subject.design is None:  # a user's model: which call of it was certified (tensorcad.hf.calls)
+        answer["call"] = subject.call_line
+    return answer
 
 
 def certify_subject(design, settings, seq_path: str = "--seq"):

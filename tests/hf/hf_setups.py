@@ -76,6 +76,8 @@ def tiny_config(family: str, implementation: str) -> transformers.PretrainedConf
         return transformers.CohereConfig(logit_scale=0.5, **_NO_TOKENS, **decoder)
     if family == "stablelm":
         return transformers.StableLmConfig(partial_rotary_factor=0.25, **_NO_TOKENS, **decoder)
+    if family == "mixtral":  # a mixture of experts: 4 experts, 2 a token, the router's aux loss off by default
+        return transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **decoder)
     if family == DYNAMIC:
         return transformers.LlamaConfig(**{**decoder, "max_position_embeddings": 32},
                                         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})

@@ -93,7 +93,7 @@ def test_a_bare_gpt2_is_adapted_instead_of_failing_in_its_cache(gpt2, batch):
 def test_the_adapter_carries_the_models_config_for_the_vocabulary(llama):
     model_fn = hf_causal_lm(llama)
     assert model_fn.config.vocab_size == 128 and model_fn.model is llama
-    assert "hf_causal_lm(LlamaForCausalLM, packing='position_ids')" in repr(model_fn)
+    assert "hf_causal_lm(LlamaForCausalLM, packing='position_ids', call='trainer')" in repr(model_fn)
 
 
 def test_position_ids_and_mask_packings_agree(llama, batch):
@@ -285,7 +285,7 @@ def test_a_compiled_model_is_recognised_by_what_it_compiles(llama):
     # torch.compile's wrapper forwards (*args, **kwargs): taken as it is, it would be called positionally.
     compiled = torch.compile(llama)  # compiles on first call; this test never calls it
     adapted = adapt(compiled)
-    assert adapted.model is compiled and "hf_causal_lm(LlamaForCausalLM, compiled, packing='position_ids')" in repr(adapted)
+    assert adapted.model is compiled and "hf_causal_lm(LlamaForCausalLM, compiled, packing='position_ids', call='trainer')" in repr(adapted)
     assert not is_encoder(compiled) and is_encoder(torch.compile(tiny_model("bert", "sdpa")))
 
 

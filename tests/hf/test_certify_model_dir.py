@@ -64,12 +64,42 @@ def test_the_cache_left_on_in_config_fails_and_says_use_cache_false(tmp_path, ca
     ids, documents, positions, _ = collated()
     # Established first: the config's cache makes transformers attend across documents.
     assert max(alone_gaps(model, lambda i, d, p: model(input_ids=i, position_ids=p), ids, documents, positions)) > 1e-3
-    code = main(["certify", directory, *SMALL, "--packing", "position_ids"])
+    code = main(["certify", directory, *SMALL, "--packing", "position_ids", "--call", "plain"])
     out = capsys.readouterr().out
     assert code == 1
     assert "isolation failed: documents are not isolated" in out
     assert "what to change: LlamaForCausalLM: pass use_cache=False" in out
-    assert "transformers' LlamaForCausalLM, its weights (90,432 parameters), packed by position_ids" in out
+    assert ("transformers' LlamaForCausalLM, its weights (90,432 parameters), packed by position_ids, called plain "
+            "(model(**batch): use_cache=True as the config says)") in out
+
+
+@pytest.mark.parametrize("family", ["llama", "mixtral"])
+def test_a_freshly_saved_model_passes_under_the_trainers_call_and_fails_a_plain_call_naming_use_cache(
+        tmp_path, capsys, family):
+    from tensorcad.runtime.certification import MODEL_CHECKS
+
+    config = tiny_config(family, "sdpa")
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(config).save_pretrained(tmp_path / family)  # use_cache: true
+    directory = str(tmp_path / family)
+    assert json.loads((tmp_path / family / "config.json").read_text())["use_cache"] is True
+    model = reloaded(directory)
+    ids, documents, positions, _ = collated()
+    # Established first, by transformers' forward: the Trainer's call keeps the documents apart, a plain one not.
+    trainer = alone_gaps(model, lambda i, d, p: model(input_ids=i, position_ids=p, use_cache=False), ids, documents,
+                         positions)
+    plain = alone_gaps(model, lambda i, d, p: model(input_ids=i, position_ids=p), ids, documents, positions)
+    assert max(trainer) < 1e-5 < 1e-3 < max(plain)
+    code, [report], _ = certified(capsys, directory, *SMALL, "--call", "trainer")
+    assert code == 0 and [c["status"] for c in report["checks"]] == ["passed"] * len(MODEL_CHECKS), report
+    assert report["call"] == "trainer (as transformers' Trainer calls it: use_cache=False passed)"
+    code, [report], _ = certified(capsys, directory, *SMALL, "--call", "plain")
+    assert code == 1 and report["call"] == "plain (model(**batch): use_cache=True as the config says)"
+    failed = {c["name"] for c in report["checks"] if c["status"] == "failed"}
+    # Every certificate a packed forward decides fails; the labels, which no forward decides, hold.
+    assert failed == set(MODEL_CHECKS) - {"step[labels]"}, report
+    out = (main(["certify", directory, *SMALL, "--call", "plain"]), capsys.readouterr().out)[1]
+    assert f"what to change: {type(model).__name__}: pass use_cache=False" in out
 
 
 @pytest.mark.slow

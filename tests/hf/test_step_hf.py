@@ -189,3 +189,50 @@ def test_a_small_llama_its_own_loss_alone_and_padded():
     with pytest.raises(TensorcadError, match="^loss: LlamaModel returned no loss for the batch's labels$") as caught:
         step_of(bare).loss_and_logits(read)
     assert caught.value.path == "loss"
+
+
+def test_the_step_certifies_the_call_the_loop_makes_and_names_it():
+    # A config with the cache on (what save_pretrained writes): the Trainer's call (use_cache=False) keeps the
+    # documents apart, a plain model(**batch) does not. Each verdict established first, by the model's own loss.
+    model = tiny_model("llama")
+    model.config.use_cache = True
+    ids, documents, positions, batch = collated(LENGTHS)
+    model.train()
+    inputs = {k: batch[k] for k in ("input_ids", "labels", "position_ids")}
+    with torch.no_grad():
+        alone = float(alone_loss(model, ids, LENGTHS))
+        trainer = float(model(**inputs, use_cache=False).loss)
+        plain = float(model(**inputs).loss)
+    assert abs(trainer - alone) < 1e-5 < 1e-3 < abs(plain - alone)
+    assert_step_loss(model, inputs, call="trainer")
+    with pytest.raises(CertificateError, match="the loss is not the documents' own") as caught:
+        assert_step_loss(model, inputs, call="plain")
+    assert caught.value.report.packed == pytest.approx(plain, abs=1e-5)
+    from tensorcad.runtime.certification import certify_step
+
+    report = certify_step(model, inputs, only=["step[loss]"], call="plain")
+    assert report.call == "plain (model(**batch): use_cache=True as the config says)"
+    assert report.message().endswith("\ncall: plain (model(**batch): use_cache=True as the config says)")
+    with pytest.raises(Exception, match="call: unknown call 'fast' \\(calls: trainer, plain"):
+        certify_step(model, inputs, only=["step[loss]"], call="fast")
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_accumulation_on_a_batch_with_a_4d_mask_gives_a_verdict(rows):
+    # A 4D block-diagonal mask (same document, not later) in the batch: each micro-batch's mask is cut with its
+    # queries and keys, not handed whole to a shorter row (a raw shape error before). Llama has no window, so the
+    # mask is faithful: established first by its own loss, packed under the mask against each document alone.
+    from hf_setups import block_diagonal
+
+    model = tiny_model("llama")
+    ids, documents, positions, batch = collated(LENGTHS)
+    inputs = {"input_ids": ids, "labels": batch["labels"], "position_ids": positions,
+              "attention_mask": block_diagonal(documents)}
+    if rows == 2:
+        inputs = {k: torch.cat([v, v]) for k, v in inputs.items()}
+    model.train()
+    with torch.no_grad():
+        packed = float(model(**{k: v[:1] for k, v in inputs.items()}, use_cache=False).loss)
+        assert abs(packed - float(alone_loss(model, ids, LENGTHS))) < 1e-5
+    result = assert_step_accumulation(model, inputs, accumulation="num_items_in_batch")
+    assert result.passed

@@ -41,7 +41,7 @@ def test_the_tool_names_and_arguments_are_kept():
         "presets": [], "catalog": ["kind"], "show": ["design"], "validate": ["design"],
         "codegen": ["design", "scale"], "rules": ["design", "op"], "analyze": ["design", "op"],
         "walkthrough": ["design", "op"], "mask_preview": ["attention", "cells", "design", "head", "op"],
-        "certify": ["design", "pack", "params", "seed", "seq", "spread"], "lengths": ["histogram"]}
+        "certify": ["call", "design", "model", "pack", "params", "seed", "seq", "spread"], "lengths": ["histogram"]}
 
 
 def test_the_operating_point_argument_is_the_engine_s_schema():

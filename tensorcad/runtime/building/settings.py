@@ -32,7 +32,9 @@ FORM_NAMES = ("eager", "flex")
 METHODS = ("grouped", "each")
 
 # The settings a `tensorcad` pytest marker may set.
-MARKER_KEYS = ("design", "seq", "pack", "spread", "params", "seed", "forms", "rows", "sample", "model", "collator")
+MARKER_KEYS = ("design", "seq", "pack", "spread", "params", "seed", "forms", "rows", "sample", "model", "collator",
+               "call")
+DEFAULT_CALL = "trainer"  # tensorcad.hf.calls.DEFAULT_CALL, spelled here so the plugin's import stays light
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Settings:
     model: str | None = None  # a user's model factory, "pkg.module:factory" (the marker's or tensorcad_models')
     collator: str | None = None  # a collator factory, "pkg.module:factory": the batch it packs is the one checked
     method: str = METHODS[0]  # how the certificates run: METHODS
+    call: str = DEFAULT_CALL  # how the user's loop calls a Hugging Face model (tensorcad.hf.calls: trainer, plain)
 
     def __post_init__(self) -> None:
         def integer(name: str, low: int) -> None:
@@ -84,6 +87,9 @@ class Settings:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or value.count(":") != 1):
                 raise TensorcadError(f"tensorcad.{name}", f"expected 'pkg.module:factory', got {value!r}")
+        from tensorcad.hf.calls import check_call
+
+        check_call(self.call, "tensorcad.call")
         if self.method not in METHODS:
             raise TensorcadError("tensorcad.method", f"unknown method {self.method!r} ({', '.join(METHODS)})")
 
@@ -123,8 +129,9 @@ class Settings:
         return OperatingPoint(seq=settings.seq, packing=settings.packing, seed=settings.seed)
 
     def to_json(self) -> dict:
-        # A user's model and collator only when named, the method only when not the default: a design's
-        # settings read as they always did.
+        # A user's model and collator only when named, the method and the call only when not the default: a
+        # design's settings read as they always did.
         return {f.name: getattr(self, f.name) for f in fields(self)
                 if not (f.name in ("model", "collator") and getattr(self, f.name) is None)
-                and not (f.name == "method" and self.method == METHODS[0])}
+                and not (f.name == "method" and self.method == METHODS[0])
+                and not (f.name == "call" and self.call == DEFAULT_CALL)}

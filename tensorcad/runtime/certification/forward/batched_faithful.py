@@ -76,15 +76,19 @@ def check_faithful_batched(
     seed: int = 0,
 ) -> FaithfulResult:
     """`faithful.check_faithful`'s certificate with the documents alone as rows of at most two padded batches."""
+    from .model_reference import reference_of
+
     _check_inputs(ids, documents, positions, vocab=2)
     who = "alone_fn" if alone_fn is not None else "model_fn"
-    lone = alone_fn or model_fn
     pieces = segments(documents)
     chosen = pick(len(pieces), sample, seed)
     differences: list[Difference] = []
     largest, calls, doubted = 0.0, 1, []
     with torch.no_grad():
-        packed = run_model(model_fn, (ids, documents, positions))
+        packed, lone, reference = reference_of(model_fn, alone_fn, ids, documents, positions)
+        lone = lone or model_fn
+        if packed is None:
+            packed = run_model(model_fn, (ids, documents, positions))
         if packed.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(packed.shape)} do not start with "
                                              f"(B, T) = {tuple(ids.shape)}")
@@ -118,7 +122,7 @@ def check_faithful_batched(
     method = f"{calls} calls: the documents alone as rows of padded batches"
     if doubted:
         method += f" ({len(doubted)} beyond the tolerance there run alone)"
-    return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest, calls, method)
+    return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest, calls, method, reference)
 
 
 

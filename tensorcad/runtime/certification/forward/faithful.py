@@ -63,6 +63,7 @@ class FaithfulResult:
     largest: float  # the largest difference over every compared document, within tolerance or not
     calls: int = 0  # model calls made, the packed run included
     method: str = "one call a document"  # how the documents were run alone (`batched_faithful`)
+    reference: str = "the model_fn itself on each document alone"  # what was compared (`model_reference`)
 
     @property
     def passed(self) -> bool:
@@ -80,13 +81,13 @@ class FaithfulResult:
             return worst.message(self.tolerance) + (
                 f" ({more} more document{'s' if more != 1 else ''} beyond it)" if more else "")
         return (f"faithful: {self.compared} documents each equal to itself run alone, largest "
-                f"difference {self.largest:.3g} (tolerance {self.tolerance:g})")
+                f"difference {self.largest:.3g} (tolerance {self.tolerance:g}; against {self.reference})")
 
     def to_json(self) -> dict:
         worst = self.worst()
         return {"passed": self.passed, "compared": self.compared, "documents": self.documents,
                 "tolerance": self.tolerance, "largest": self.largest, "differing": len(self.differences),
-                "calls": self.calls, "method": self.method,
+                "calls": self.calls, "method": self.method, "reference": self.reference,
                 "worst": worst.to_json() if worst else None, "message": self.message()}
 
 
@@ -127,17 +128,22 @@ def check_faithful(
     sample: int | None = None,
     seed: int = 0,
 ) -> FaithfulResult:
-    """Run each document alone (``alone_fn``, default ``model_fn`` itself) and compare it with the packed row,
-    position by position, whatever each position's output is (logits, log-probabilities, a hidden state)."""
+    """Run each document alone (``alone_fn``; default the Hugging Face model behind ``model_fn``'s own forward,
+    `model_reference`, else ``model_fn`` itself) and compare it with the packed row, position by position,
+    whatever each position's output is (logits, log-probabilities, a hidden state)."""
+    from .model_reference import reference_of
+
     _check_inputs(ids, documents, positions, vocab=2)
     who = "alone_fn" if alone_fn is not None else "model_fn"
-    alone_fn = alone_fn or model_fn
     pieces = segments(documents)
     chosen = pick(len(pieces), sample, seed)
     differences: list[Difference] = []
     largest = 0.0
     with torch.no_grad():
-        packed = run_model(model_fn, (ids, documents, positions))
+        packed, alone_fn, reference = reference_of(model_fn, alone_fn, ids, documents, positions)
+        alone_fn = alone_fn or model_fn
+        if packed is None:
+            packed = run_model(model_fn, (ids, documents, positions))
         if packed.shape[:2] != ids.shape:
             raise TensorcadError("model_fn", f"outputs shaped {tuple(packed.shape)} do not start with "
                                              f"(B, T) = {tuple(ids.shape)}")
@@ -150,4 +156,5 @@ def check_faithful(
             largest = max(largest, diff)
             if not diff <= tolerance:
                 differences.append(Difference(row, document, first, end - first, position, diff))
-    return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest, len(chosen) + 1)
+    return FaithfulResult(tuple(differences), len(chosen), len(pieces), tolerance, largest, len(chosen) + 1,
+                          reference=reference)

@@ -228,6 +228,9 @@ def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
             inputs[key] = documents
         elif key in _FLAT_KEYS and isinstance(value, torch.Tensor) and value.shape == batch.ids.shape:
             inputs[key] = value[rows, first:end]
+        elif (key == "attention_mask" and isinstance(value, torch.Tensor) and value.dim() == 4
+              and value.shape[0] == batch.ids.shape[0] and value.shape[-2:] == (batch.ids.shape[1],) * 2):
+            inputs[key] = value[rows, :, first:end, first:end]  # a 4D mask: its queries and keys cut alike
         elif key == "seq_idx":
             inputs[key] = seq_idx_of(documents.cpu()).to(torch.as_tensor(value).device)
         elif key.startswith(("cu_seq_lens_", "max_length_")):

@@ -47,6 +47,7 @@ class StepReport:
 
     results: dict[str, Any]
     not_run: dict[str, str] = field(default_factory=dict)
+    call: str = ""  # which call of the model the certificates ran (tensorcad.hf.call_line), "" for a model_fn
 
     @property
     def passed(self) -> bool:
@@ -60,11 +61,13 @@ class StepReport:
         lines = [f"{name}: {r.message()}" for name, r in self.failures.items()] if not self.passed else [
             f"{name}: {r.message()}" for name, r in self.results.items()]
         lines += [f"{name}: not run ({why})" for name, why in self.not_run.items()]
+        if self.call:
+            lines.append(f"call: {self.call}")
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "results": {n: r.to_json() for n, r in self.results.items()},
-                "notRun": dict(self.not_run)}
+                "notRun": dict(self.not_run), "call": self.call}
 
 
 def _micro_batches(step: TrainingStep, batch: Any, parts: int, shift: str | None) -> list[StepBatch]:
@@ -78,20 +81,24 @@ def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, An
                  loss: Callable[..., Any] | None = None, reduction: Reduction = "token", shift: str | None = None,
                  accumulation: Accumulation | None = None, micro_batches: int = 2,
                  alone: Callable[..., Any] | None = None, atol: float | None = None, rtol: float | None = None,
-                 only: Iterable[str] | None = None) -> StepReport:
+                 only: Iterable[str] | None = None, call: str = "trainer") -> StepReport:
     """The five certificates of one training step (``only``: some of them), on ``model`` and ``batch``.
 
     ``batch`` is one batch dict; for ``step[accumulation]`` it is split into
     ``micro_batches`` (or is the loop's own micro-batches, a list of dicts, which
     the other certificates do not take). ``accumulation`` None: the loop does not
     accumulate, and ``step[accumulation]`` is not run (the report says so).
+    ``call``: how the loop calls a Hugging Face model (`tensorcad.hf.calls`:
+    ``"trainer"``, use_cache=False as transformers' Trainer passes it;
+    ``"plain"``, ``model(**batch)`` with the config's own use_cache); the
+    report names it.
     """
     wanted = tuple(STEP_CHECKS if only is None else only)
     unknown = [n for n in wanted if n not in STEP_CHECKS]
     if unknown:
         raise TensorcadError("only", f"unknown step certificate {unknown[0]!r} ({', '.join(STEP_CHECKS)})")
     name_of(reduction)
-    step = step_of(model, loss, alone)
+    step = step_of(model, loss, alone, call)
     given_micro = isinstance(batch, Sequence) and not isinstance(batch, (str, bytes))
     if given_micro and set(wanted) - {"step[accumulation]"}:
         raise TensorcadError("batch", "a list of micro-batches is for step[accumulation] alone: pass one batch dict")
@@ -114,7 +121,13 @@ def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, An
             results[name] = check_accumulation(step, batches, reduction, accumulation, rtol=rtol)
         else:
             results[name] = check_eval_parity(step, read, reduction, atol=atol, rtol=rtol)
-    return StepReport(results, not_run)
+    return StepReport(results, not_run, _call_line(step))
+
+
+def _call_line(step: TrainingStep) -> str:
+    from tensorcad.hf import call_line
+
+    return call_line(step.model, step.call) if step.hf else ""
 
 
 # -- as registry checks, on a subject ---------------------------------------------------------
@@ -145,7 +158,7 @@ def subject_step(s: Any) -> tuple[TrainingStep, dict[str, Any], str | None]:
     labels = getattr(s, "labels", None)
     batch["labels"] = labels if labels is not None else collator_labels(ids, documents)
     if is_hf_model(inner):
-        return TrainingStep(inner), batch, None  # its own loss, as a Trainer calls it
+        return TrainingStep(inner, call=getattr(s, "call", "trainer")), batch, None  # its own loss, its loop's call
     return TrainingStep(model_fn, alone=getattr(s, "alone", None)), batch, None
 
 
@@ -158,7 +171,7 @@ def step_check(name: str, s: Any) -> Check:
     step, batch, shift = subject_step(s)
     try:
         report = certify_step(step.model, batch, loss=step.loss, alone=step.alone, shift=shift,
-                              accumulation="num_items_in_batch", only=[name])
+                              accumulation="num_items_in_batch", only=[name], call=step.call)
     except TensorcadError as error:
         if error.path == "micro_batches":
             raise Skipped(f"the batch cannot be accumulated: {error.message}") from None

@@ -2,9 +2,12 @@
 
 The loss is made the way people train:
 
-- a Hugging Face model's own loss: ``model(**batch, use_cache=False).loss``,
-  the batch's ``labels`` (or ``shift_labels``) passed as they are, and
-  ``num_items_in_batch`` when the loop accumulates as `Trainer` does;
+- a Hugging Face model's own loss: ``model(**batch).loss`` with what the
+  loop's ``call`` adds (`tensorcad.hf.calls`: ``trainer`` passes
+  ``use_cache=False`` as transformers' Trainer does; ``plain`` nothing, the
+  config's own ``use_cache``), the batch's ``labels`` (or ``shift_labels``)
+  passed as they are, and ``num_items_in_batch`` when the loop accumulates as
+  `Trainer` does;
 - the model's logits and the user's loss: ``loss(logits, labels)`` (and
   ``num_items_in_batch=``), labels as the batch writes them;
 - for a ``model_fn(ids, documents, positions)`` given no loss (a generated
@@ -78,6 +81,7 @@ class TrainingStep:
     model: Any  # a transformers PreTrainedModel, or a model_fn(ids, documents, positions)
     loss: Callable[..., Any] | None = None  # (logits, labels[, num_items_in_batch=]) -> loss; None: the default
     alone: Callable[..., Any] | None = None  # (ids, documents, positions) -> one document's outputs
+    call: str = "trainer"  # how the loop calls a Hugging Face model (tensorcad.hf.calls)
 
     @property
     def hf(self) -> bool:
@@ -94,8 +98,10 @@ class TrainingStep:
         inputs = {k: v for k, v in batch.inputs.items() if k != "documents"}
         if not labels:
             inputs = {k: v for k, v in inputs.items() if k not in ("labels", "shift_labels")}
-        inputs.setdefault("use_cache", False)  # with a cache, transformers reads no packing from position_ids
-        return inputs
+        from tensorcad.hf import call_kwargs
+
+        # The user's call, not a corrected one: with a cache, transformers reads no packing from position_ids.
+        return {**call_kwargs(self.model, self.call), **inputs}
 
     def logits(self, batch: StepBatch) -> torch.Tensor:
         """The packed batch's outputs (B, T, V)."""
@@ -201,13 +207,17 @@ def _refuse_dropout(roots: list[nn.Module]) -> None:
                                           "alone would drop different scores; set it to 0 for the certificate")
 
 
-def step_of(model: Any, loss: Callable[..., Any] | None = None, alone: Callable[..., Any] | None = None) -> TrainingStep:
-    """The `TrainingStep` of a model (a Hugging Face model, or a model_fn) and the loss its loop uses."""
+def step_of(model: Any, loss: Callable[..., Any] | None = None, alone: Callable[..., Any] | None = None,
+            call: str = "trainer") -> TrainingStep:
+    """The `TrainingStep` of a model (a Hugging Face model, or a model_fn), the loss and the call its loop uses."""
+    from tensorcad.hf import check_call
+
+    check_call(call)
     if loss is not None and not callable(loss):
         raise TensorcadError("loss", f"expected a callable (logits, labels) -> loss, got {type(loss).__name__}")
     if not callable(model):
         raise TensorcadError("model", f"expected a model or a model_fn, got {type(model).__name__}")
-    return TrainingStep(model, loss, alone)
+    return TrainingStep(model, loss, alone, call)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ def import_factory(name: str, path: str = "tensorcad.model") -> Callable[..., An
         raise TensorcadError(path, f"expected 'pkg.module:factory', got {name!r}")
     module_name, attr = name.split(":")
     try:
-        value: Any = importlib.import_module(module_name)
+        value: Any = _imported(module_name)
     except ImportError as error:
         raise TensorcadError(path, f"cannot import {module_name!r} ({error})") from None
     for part in attr.split("."):
@@ -42,6 +42,22 @@ def import_factory(name: str, path: str = "tensorcad.model") -> Callable[..., An
     if not callable(value):
         raise TensorcadError(path, f"{name!r} is not callable")
     return value
+
+
+def _imported(module_name: str) -> Any:
+    """The module, imported as pytest imports a project's own: from the current folder too (as ``python -m``)."""
+    import os
+    import sys
+
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        here = os.getcwd()
+        top = module_name.split(".")[0]
+        if error.name != top or here in sys.path or "" in sys.path:
+            raise
+    sys.path.insert(0, here)  # kept: a child process (pytest's, MCP's) imports the factory again by name
+    return importlib.import_module(module_name)
 
 
 def vocab_of_model(model_fn: Any) -> int | None:
@@ -110,6 +126,17 @@ class ModelSubject:
     name: str = "model"
     design: Any = None  # none: a user's model has no design
     verdicts: dict[str, bool] = field(default_factory=dict)  # check -> passed, as they ran (the causes read them)
+    call: str = "trainer"  # how the user's loop calls a Hugging Face model (tensorcad.hf.calls)
+
+    @property
+    def call_line(self) -> str:
+        """Which call the certificates ran, as every report names it."""
+        from tensorcad.hf import call_line, is_hf_model
+
+        model = getattr(self.model_fn, "model", None)
+        if is_hf_model(model):
+            return call_line(model, self.call)
+        return "the model_fn as given: model_fn(ids, documents, positions)"
 
     def model(self, form: str | None = None) -> Any:
         if form is not None and hasattr(self.model_fn, "form"):

@@ -2,13 +2,15 @@
 
 `tensorcad certify MODEL_DIR` asks whether *that* model keeps packed documents
 apart, so transformers loads it (local files only, float32, eval mode) and the
-certificates call it the way the user trains it (``packing``):
+certificates call it the way the user trains it: packed as ``packing`` says,
+called as ``call`` says (`tensorcad.hf.calls`: ``"trainer"`` passes
+``use_cache=False`` as transformers' Trainer does; ``"plain"`` passes nothing
+more, so the cache follows the model's config as in a hand-written loop, and
+transformers reads packing from the positions only without a cache: a config
+that leaves it on fails, and the failure names ``use_cache``):
 
 - ``"position_ids"``: ``model(input_ids=..., position_ids=...)``, the collator's
-  restarting positions and nothing else. The cache follows the model's config
-  (``use_cache``), as it does in the user's loop: transformers reads packing
-  from the positions only without a cache, so a config that leaves it on fails,
-  and the failure names ``use_cache=False``.
+  restarting positions and nothing else.
 - ``"mask"``: the block-diagonal causal 4D mask a user builds (same document,
   not later), with the positions. A 4D mask replaces the mask transformers
   would build, sliding window included, so a windowed model loses its window:
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from tensorcad.errors import TensorcadError
-from tensorcad.hf import PACKINGS, hf_causal_lm, read_config
+from tensorcad.hf import DEFAULT_CALL, PACKINGS, call_kwargs, check_call, hf_causal_lm, read_config
 
 from tensorcad.runtime.building import replica_config
 from .model import ModelSubject
@@ -108,24 +110,25 @@ def _params_of(config_file: str) -> int | None:
         return None
 
 
-def trained_model_fn(model: Any, packing: str):
-    """``model_fn(ids, documents, positions)`` calling ``model`` the way ``packing`` trains it (module doc)."""
+def trained_model_fn(model: Any, packing: str, call: str = DEFAULT_CALL):
+    """``model_fn(ids, documents, positions)`` calling ``model`` the way ``packing`` and ``call`` say (module doc)."""
     if packing not in PACKINGS:
         raise TensorcadError("--packing", f"unknown packing {packing!r} (packings: {', '.join(PACKINGS)})")
+    extra = call_kwargs(model, check_call(call, "--call"))
     if packing == "flash_kwargs":
         try:
-            return hf_causal_lm(model, packing)
+            return hf_causal_lm(model, packing, call=call)
         except TensorcadError as error:
             raise TensorcadError("--packing", error.message) from None
     import torch
 
     def model_fn(ids, documents, positions):
         if packing == "position_ids":
-            return model(input_ids=ids, position_ids=positions).logits
+            return model(input_ids=ids, position_ids=positions, **extra).logits
         q = torch.arange(ids.shape[1])
         keep = (documents[:, :, None] == documents[:, None, :]) & (q[:, None] >= q[None, :])
         mask = torch.zeros(keep.shape).masked_fill(~keep, torch.finfo(torch.float32).min)[:, None]
-        return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions, **extra).logits
 
     model_fn.model = model  # what the certificates read the vocabulary and the embedding from
     return model_fn
@@ -133,9 +136,9 @@ def trained_model_fn(model: Any, packing: str):
 
 def pretrained_subject(source: str | Path, settings: Any, *, packing: str = "position_ids", replica: bool = False,
                        collator: Any = None) -> Pretrained:
-    """The model of ``source`` as the certificates' subject, called the way ``packing`` says."""
+    """The model of ``source`` as the certificates' subject, packed as ``packing`` says, called as ``settings.call``."""
     model, weights = load_model(source, replica=replica)
-    model_fn = trained_model_fn(model, packing)
+    model_fn = trained_model_fn(model, packing, settings.call)
     context = getattr(model.config, "max_position_embeddings", None) or getattr(model.config, "n_positions", None)
     seq = settings.for_design(None).seq if settings.seq is not None or not context else min(512, context)
     if context and seq > context:
@@ -143,22 +146,23 @@ def pretrained_subject(source: str | Path, settings: Any, *, packing: str = "pos
     from dataclasses import replace
 
     subject = ModelSubject(model_fn, replace(settings, seq=seq), collator=collator, alone=_plain_call(model),
-                           name=Path(source).name)
+                           name=Path(source).name, call=settings.call)
     return Pretrained(model, subject, weights, packing)
 
 
 def factory_subject(name: str, settings: Any, *, packing: str = "position_ids", collator: Any = None) -> Pretrained:
-    """What ``"pkg.module:factory"`` makes as the subject: a transformers model called as ``packing`` says,
-    anything else as the ``model_fn(ids, documents, positions)`` it is (``tensorcad.hf.adapt``)."""
+    """What ``"pkg.module:factory"`` makes as the subject: a transformers model packed as ``packing`` says and
+    called as ``settings.call`` says, anything else as the ``model_fn(ids, documents, positions)`` it is
+    (``tensorcad.hf.adapt``)."""
     from tensorcad.hf import adapt, is_hf_model
 
     made = made_by(name, "--model")
     settings = settings.for_design(None)
     if not is_hf_model(made):
-        return Pretrained(made, ModelSubject(adapt(made), settings, collator=collator, name=name),
-                          "what the factory made", "its own")
-    subject = ModelSubject(trained_model_fn(made.eval(), packing), settings, collator=collator,
-                           alone=_plain_call(made), name=name)
+        return Pretrained(made, ModelSubject(adapt(made), settings, collator=collator, name=name,
+                                             call=settings.call), "what the factory made", "its own")
+    subject = ModelSubject(trained_model_fn(made.eval(), packing, settings.call), settings, collator=collator,
+                           alone=_plain_call(made), name=name, call=settings.call)
     return Pretrained(made, subject, "what the factory made", packing)
 
 
