@@ -25,9 +25,9 @@ BUDGET_S = 60.0
 
 def test_certify_llama_3_8b_documents(benchmark, tmp_path):
     import tensorcad
-    from harness.checks import golden_data, run_checks
-    from harness.fixtures import Settings, clear_models, operating_point
-    from harness.snapshot import KINDS, golden_text
+    from tensorcad.testing.checks import golden_data, run_checks
+    from tensorcad.testing.plugin.fixtures import Settings, clear_models, operating_point
+    from tensorcad.testing.plugin.snapshot import KINDS, golden_text
 
     design = tensorcad.load(DESIGN)
     settings = Settings(seq=SEQ, params=PARAMS)

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "guard"))
 import torch
 from guard_setups import sft_trainer, tiny_model
 
-from harness.integrations import TensorcadCallback
+from tensorcad.testing.integrations import TensorcadCallback
 
 
 def _run(steps: int, guarded: bool):

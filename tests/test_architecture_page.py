@@ -17,9 +17,8 @@ PAGE = (ROOT / "docs" / "architecture.md").read_text()
 
 def _packages() -> list[str]:
     found = []
-    for top in ("tensorcad", "harness"):
-        for init in sorted((ROOT / top).rglob("__init__.py")):
-            found.append(init.parent.relative_to(ROOT).as_posix() + "/")
+    for init in sorted((ROOT / "tensorcad").rglob("__init__.py")):
+        found.append(init.parent.relative_to(ROOT).as_posix() + "/")
     return found
 
 

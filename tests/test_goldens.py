@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.snapshot import assert_golden
+from tensorcad.testing.plugin.snapshot import assert_golden
 from tensorcad.analysis.report import analyze
 from tensorcad.design import load, preset_names
 from tensorcad.rules import check

@@ -1,6 +1,6 @@
 """The layering contracts (`lint-imports`, pyproject.toml) hold, and break when a forbidden import is added.
 
-Each broken case copies the two packages and the contracts to a temporary
+Each broken case copies the package and the contracts to a temporary
 directory, adds one import, and runs `lint-imports` there: the contract it
 breaks must be named.
 """
@@ -28,11 +28,10 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def copy(tmp_path_factory):
-    """A copy of tensorcad/, harness/ and pyproject.toml, restored between cases."""
+    """A copy of tensorcad/, tensorcad/testing/ and pyproject.toml, restored between cases."""
     root = tmp_path_factory.mktemp("layers")
     ignore = shutil.ignore_patterns("__pycache__", "static", "presets")
-    for package in ("tensorcad", "harness"):
-        shutil.copytree(ROOT / package, root / package, ignore=ignore)
+    shutil.copytree(ROOT / "tensorcad", root / "tensorcad", ignore=ignore)
     shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
     return root
 
@@ -48,14 +47,14 @@ CASES = {
     # module, import added, the contract's name it breaks
     "design imports analysis": ("tensorcad/design/masks.py", "import tensorcad.analysis.report",
                                 "tensorcad.design imports no packing, analysis"),
-    "engine imports harness": ("tensorcad/runtime/certification/registry.py", "import harness.checks",
-                               "nothing in tensorcad imports harness"),
+    "engine imports the testing API": ("tensorcad/runtime/certification/registry.py", "import tensorcad.testing.checks",
+                               "nothing in tensorcad but its testing API imports tensorcad.testing"),
     "analysis imports torch": ("tensorcad/analysis/blocks.py", "import torch",
                                "the engine (everything but tensorcad.runtime and the HF adapters)"),
     "a cycle": ("tensorcad/errors.py", "import tensorcad.packing",
-                "no two modules (or packages) of tensorcad or harness import each other"),
+                "no two modules (or packages) of tensorcad import each other"),
     "a cycle inside packing": ("tensorcad/packing/stream.py", "import tensorcad.packing.drawing",
-                               "no two modules (or packages) of tensorcad or harness import each other"),
+                               "no two modules (or packages) of tensorcad import each other"),
     "packing imports analysis": ("tensorcad/packing/strategies.py", "import tensorcad.analysis.rows",
                                  "the surfaces over the runtime over the engine over packing"),
     "the runtime imports a surface": ("tensorcad/runtime/building/subject.py", "import tensorcad.views.answers",
@@ -66,10 +65,10 @@ CASES = {
     "certification imports training": ("tensorcad/runtime/certification/registry.py",
                                        "import tensorcad.runtime.training.smoke",
                                        "the runtime's rooms: training over certification over building"),
-    "harness imports behind a face": ("harness/checks.py", "import tensorcad.packing.stream",
-                                      "harness imports tensorcad's packages only through their faces"),
-    "harness imports behind a room's face": ("harness/checks.py", "import tensorcad.runtime.certification.forward.isolation",
-                                             "harness imports tensorcad's packages only through their faces"),
+    "the testing API imports behind a face": ("tensorcad/testing/checks.py", "import tensorcad.packing.stream",
+                                      "tensorcad.testing imports tensorcad's packages only through their faces"),
+    "the testing API imports behind a room's face": ("tensorcad/testing/checks.py", "import tensorcad.runtime.certification.forward.isolation",
+                                             "tensorcad.testing imports tensorcad's packages only through their faces"),
     # the rooms of certification, context parallelism and the hybrids (issue 41)
     "the forward pass imports the step": ("tensorcad/runtime/certification/forward/isolation.py",
                                           "import tensorcad.runtime.certification.step.loss",
@@ -124,7 +123,7 @@ MAX_MODULE_LINES = 450  # issue 25: a module past this is two concepts (one cros
 
 
 def test_no_module_of_the_package_or_the_plugin_is_over_450_lines():
-    modules = sorted([*(ROOT / "tensorcad").rglob("*.py"), *(ROOT / "harness").rglob("*.py")])
+    modules = sorted((ROOT / "tensorcad").rglob("*.py"))
     long = {str(p.relative_to(ROOT)): n for p in modules
             if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES}
     assert not long, f"modules over {MAX_MODULE_LINES} lines (split each by concept): {long}"
@@ -134,7 +133,7 @@ MAX_FOLDER_MODULES = 15  # issue 41: a folder past this is missing a room (certi
 
 
 def _folders():
-    for root in (ROOT / "tensorcad", ROOT / "harness"):
+    for root in (ROOT / "tensorcad",):
         for folder in sorted({root, *(p.parent for p in root.rglob("*.py"))}):
             if "__pycache__" not in folder.parts:
                 yield folder, sorted(p.stem for p in folder.glob("*.py") if p.name != "__init__.py")

@@ -55,9 +55,7 @@ PLANTS = {
 
 
 def planted_copy(tmp: Path, module: str, line: str, planted: str) -> Path:
-    for package in ("tensorcad", "harness"):
-        shutil.copytree(ROOT / package, tmp / package,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copytree(ROOT / "tensorcad", tmp / "tensorcad", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     if line:
         target = tmp / module
         source = target.read_text()

@@ -45,7 +45,7 @@ def test_the_runtime_snippet():
 
 def test_the_harness_snippet():
     pytest.importorskip("torch")
-    from harness import assert_closed_form, assert_isolated
+    from tensorcad.testing import assert_closed_form, assert_isolated
 
     design = tensorcad.load("llama-3-8b-documents")
     op = tensorcad.OperatingPoint(seq=8192, packing=tensorcad.Packing(mean=1024, spread=0))
@@ -57,7 +57,7 @@ def test_the_harness_snippet():
 @pytest.mark.slow
 def test_block_counts_at_the_operating_points_own_length():
     # The scaled model holds 1,024 positions; the mask is still counted over 8,192-token rows.
-    from harness import assert_block_counts_agree
+    from tensorcad.testing import assert_block_counts_agree
 
     design = tensorcad.load("llama-3-8b-documents")
     op = tensorcad.OperatingPoint(seq=8192, packing=tensorcad.Packing(mean=1024, spread=0))
@@ -99,19 +99,18 @@ def _documented() -> list[str]:
         names |= {m.group(1) for m in DOTTED.finditer(text)}
         for block in re.findall(r"```python\n(.*?)```", text, re.S):
             for node in ast.walk(ast.parse(block)):
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(("tensorcad", "harness")):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tensorcad"):
                     names |= {f"{node.module}.{a.name}" for a in node.names}
                 elif isinstance(node, ast.Import):
-                    names |= {a.name for a in node.names if a.name.startswith(("tensorcad", "harness"))}
+                    names |= {a.name for a in node.names if a.name.startswith("tensorcad")}
     return sorted(names)
 
 
 def _faces() -> list[str]:
     names = []
-    for top in ("tensorcad", "harness"):
-        for init in sorted((ROOT / top).rglob("__init__.py")):
-            module = ".".join(init.parent.relative_to(ROOT).parts)
-            names += [f"{module}.{name}" for name in importlib.import_module(module).__dict__.get("__all__", ())]
+    for init in sorted((ROOT / "tensorcad").rglob("__init__.py")):
+        module = ".".join(init.parent.relative_to(ROOT).parts)
+        names += [f"{module}.{name}" for name in importlib.import_module(module).__dict__.get("__all__", ())]
     return names
 
 
@@ -175,13 +174,13 @@ def test_a_submodule_of_a_moved_package_is_one_module_under_both_paths():
 
 def test_nothing_in_the_repository_imports_an_old_path():
     old = re.compile(r"^\s*(?:from|import)\s+(" + "|".join(re.escape(m) for m in MOVED) + r")\b(?!\.)")
-    found = [f"{path.relative_to(ROOT)}:{n}" for top in ("tensorcad", "harness", "tests", "benchmarks", "tools")
+    found = [f"{path.relative_to(ROOT)}:{n}" for top in ("tensorcad", "tests", "benchmarks", "tools")
              for path in (ROOT / top).rglob("*.py") if path.name != "test_public_api.py"
              for n, line in enumerate(path.read_text().splitlines(), 1) if old.search(line)]
     assert found == []
     # nor as a submodule of the package it lived in (`from tensorcad.runtime.certification import step_loss`)
     by_name = re.compile(r"^\s*from\s+([\w.]+)\s+import\s+\(?\s*([\w, ]+)")
-    found = [f"{path.relative_to(ROOT)}:{n}" for top in ("tensorcad", "harness", "tests", "benchmarks", "tools")
+    found = [f"{path.relative_to(ROOT)}:{n}" for top in ("tensorcad", "tests", "benchmarks", "tools")
              for path in (ROOT / top).rglob("*.py") if path.name != "test_public_api.py"
              for n, line in enumerate(path.read_text().splitlines(), 1) if (m := by_name.search(line))
              and any(f"{m.group(1)}.{name.split(' as ')[0].strip()}" in MOVED for name in m.group(2).split(","))]

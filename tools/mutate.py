@@ -86,7 +86,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
 }
 
 # What the tests import or read besides the package under mutation.
-ALSO_COPY = ["harness", "conftest.py", "snapshots", "docs", "README.md", "benchmarks"]
+ALSO_COPY = ["conftest.py", "snapshots", "docs", "README.md", "benchmarks"]
 
 
 def _config(sources: list[str], tests: list[str], patience: float = 5.0) -> str:

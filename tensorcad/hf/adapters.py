@@ -5,7 +5,7 @@ each position (B, T) and, optionally, each position within its document. A
 generated model takes exactly those; anything else says how to map them.
 
 ```python
-from harness import adapt, call, hf_causal_lm           # or from tensorcad.hf: the same functions
+from tensorcad.testing import adapt, call, hf_causal_lm           # or from tensorcad.hf: the same functions
 model_fn = hf_causal_lm(model)                         # packed position_ids, called as the Trainer calls it
 model_fn = hf_causal_lm(model, call="plain")           # ... as model(**batch) calls it: the config's use_cache
 model_fn = hf_causal_lm(model, packing="mask")         # a 4D mask (a BlockMask under flex_attention)
@@ -334,7 +334,7 @@ def adapt(obj: Any, call: str = DEFAULT_CALL) -> Callable[[Any, Any, Any], Any]:
         signature = "(...)"
     raise TypeError(
         f"model_fn: {type(obj).__name__}{signature} does not take (ids, documents, positions); wrap it: "
-        "harness.call(model, ids='input_ids', positions='position_ids', output='logits') or "
+        "tensorcad.testing.call(model, ids='input_ids', positions='position_ids', output='logits') or "
         "def model_fn(ids, documents, positions): ..."
     )
 

@@ -84,12 +84,12 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     if is_encoder(model):
         if mask is None or (isinstance(mask, torch.Tensor) and mask.dim() == 2):
             return (f"{name} is an encoder: transformers' bidirectional mask never reads packing from "
-                    "position_ids; pass a 4D document mask (harness.hf_causal_lm(model, packing='mask'))")
+                    "position_ids; pass a 4D document mask (tensorcad.testing.hf_causal_lm(model, packing='mask'))")
         return None
     if _documents_as_mask(mask, position_ids):
         return ("the attention_mask holds document ids, but transformers reads a 2D attention_mask as padding "
                 "(1 keep, 0 drop), never as documents: pass the documents as restarting position_ids and no "
-                "attention_mask (harness.hf_causal_lm(model)), or a 4D document mask")
+                "attention_mask (tensorcad.testing.hf_causal_lm(model)), or a 4D document mask")
     if mask is None and position_ids is None:
         return ("pass position_ids: without them transformers counts positions straight through the row and "
                 "cannot see where documents begin (the collator's position_ids, or "

@@ -1,11 +1,11 @@
-"""harness.adapters: adapt, call and hf_causal_lm, on real (tiny, random) transformers models and plain modules."""
+"""tensorcad.testing.adapters: adapt, call and hf_causal_lm, on real (tiny, random) transformers models and plain modules."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from harness import CertificateError, adapt, assert_gradients_isolated, assert_isolated, call, hf_causal_lm
+from tensorcad.testing import CertificateError, adapt, assert_gradients_isolated, assert_isolated, call, hf_causal_lm
 from tensorcad.hf.adapters import document_mask, is_encoder
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import draw
@@ -65,7 +65,7 @@ def test_anything_else_is_refused_in_one_line_saying_what_to_wrap():
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("model_fn: TakesX(x) does not take (ids, documents, positions); wrap it:")
-    assert "harness.call(model, ids='input_ids'" in message
+    assert "tensorcad.testing.call(model, ids='input_ids'" in message
     with pytest.raises(TypeError, match=r"model_fn: .*\(ids, documents\) does not take"):
         adapt(lambda ids, documents: ids)
     with pytest.raises(TypeError, match="expected a model or a callable, got int"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import assert_isolated
+from tensorcad.testing import assert_isolated
 from tensorcad.hf.diagnosis import diagnose, reachable_hf_models
 
 transformers = pytest.importorskip("transformers")

@@ -15,8 +15,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import CertificateError, assert_faithful
-from harness.adapters import document_mask
+from tensorcad.testing import CertificateError, assert_faithful
+from tensorcad.testing.adapters import document_mask
 
 transformers = pytest.importorskip("transformers")
 
@@ -191,7 +191,7 @@ def test_a_named_field_is_read_by_name_and_an_ambiguous_mapping_is_refused_in_on
     with pytest.raises(TensorcadError) as caught:
         assert_faithful(two, *batch)
     assert str(caught.value) == ("model_fn: returned a dict holding tensors a, b: return the outputs to compare, "
-                                 "or pick them with harness.call(..., output=NAME)")
+                                 "or pick them with tensorcad.testing.call(..., output=NAME)")
 
 
 def test_outputs_that_cannot_be_compared_are_one_line_naming_the_shapes(batch):

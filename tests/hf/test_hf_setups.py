@@ -22,7 +22,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness import adapt, assert_faithful, assert_gradients_isolated, assert_isolated, hf_causal_lm
+from tensorcad.testing import adapt, assert_faithful, assert_gradients_isolated, assert_isolated, hf_causal_lm
 
 transformers = pytest.importorskip("transformers")
 

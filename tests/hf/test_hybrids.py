@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="transformers is absent: it is the reference these tests hold to")
 
-import harness  # noqa: E402
+import tensorcad.testing as harness  # noqa: E402
 import tensorcad  # noqa: E402
 from tensorcad.analysis.params import count_params  # noqa: E402
 from tensorcad.errors import TensorcadError  # noqa: E402
@@ -129,16 +129,16 @@ def test_packed_each_document_is_transformers_on_it_alone(pair):
 def test_ours_is_isolated_packed(pair):
     # bitwise, every document; faithful is the test above, held to transformers itself
     family, config, hf, ours = pair
-    assert harness.assert_isolated(ours, *packed(), boundaries=False).failures == ()
+    assert tensorcad.testing.assert_isolated(ours, *packed(), boundaries=False).failures == ()
 
 
 @pytest.mark.slow
 def test_ours_passes_every_certificate_packed(pair):
     family, config, hf, ours = pair
     batch = packed()
-    assert harness.assert_isolated(ours, *batch).failures == ()
-    assert harness.assert_faithful(ours, *batch).passed
-    assert harness.assert_gradients_isolated(ours, *batch).passed
+    assert tensorcad.testing.assert_isolated(ours, *batch).failures == ()
+    assert tensorcad.testing.assert_faithful(ours, *batch).passed
+    assert tensorcad.testing.assert_gradients_isolated(ours, *batch).passed
 
 
 def test_a_scaled_rope_on_bamba_turns_half_of_each_head_as_transformers_does():
@@ -170,9 +170,9 @@ def test_hf_state_dict_loads_back_into_transformers(pair):
 
 def test_with_position_ids_only_transformers_fails_and_the_message_says_why(pair):
     family, config, hf, _ = pair
-    model_fn = harness.hf_causal_lm(hf)  # packed position_ids, use_cache=False: all attention needs
+    model_fn = tensorcad.testing.hf_causal_lm(hf)  # packed position_ids, use_cache=False: all attention needs
     batch = packed()
-    for certificate, options in ((harness.assert_isolated, {"boundaries": False}), (harness.assert_faithful, {})):
+    for certificate, options in ((tensorcad.testing.assert_isolated, {"boundaries": False}), (tensorcad.testing.assert_faithful, {})):
         with pytest.raises(harness.CertificateError) as failure:
             certificate(model_fn, *batch, **options)
         message = str(failure.value)
@@ -198,10 +198,10 @@ def test_seq_idx_without_the_kernel_is_one_line_naming_what_it_needs(pair):
     family, config, hf, _ = pair
     if family == "mamba2":  # Mamba2ForCausalLM hands its layers nothing: refused before any call
         with pytest.raises(TensorcadError) as refusal:
-            harness.hf_causal_lm(hf, packing="seq_idx")
+            tensorcad.testing.hf_causal_lm(hf, packing="seq_idx")
         assert "Mamba2ForCausalLM passes its layers no seq_idx" in refusal.value.message
         return
-    model_fn = harness.hf_causal_lm(hf, packing="seq_idx")
+    model_fn = tensorcad.testing.hf_causal_lm(hf, packing="seq_idx")
     with pytest.raises(TensorcadError) as refusal:
         model_fn(*packed())
     assert refusal.value.path == "packing" and "\n" not in refusal.value.message
@@ -214,7 +214,7 @@ def test_seq_idx_is_refused_for_a_family_without_stateful_layers():
 
     llama = transformers.AutoModelForCausalLM.from_config(tiny_config(transformers, "llama"))
     with pytest.raises(TensorcadError, match="packing='seq_idx' is for the hybrid families"):
-        harness.hf_causal_lm(llama, packing="seq_idx")
+        tensorcad.testing.hf_causal_lm(llama, packing="seq_idx")
 
 
 @pytest.mark.parametrize("family, change, key", [

@@ -15,7 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from hf_setups import LENGTHS, collated, features, tiny_model  # noqa: E402
 
-from harness import (  # noqa: E402
+from tensorcad.testing import (  # noqa: E402
     CertificateError,
     assert_step_accumulation,
     assert_step_faithful,

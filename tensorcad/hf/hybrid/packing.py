@@ -88,7 +88,7 @@ def mixer_hint(model: Any) -> str | None:
     state = (f"not installed here ({', '.join(missing)} missing), so on this machine no setting packs it correctly"
              if missing else "installed here: pass them")
     return (f"{head}: transformers keeps them apart only with {path.reads} "
-            f"(harness.hf_causal_lm(model, packing='seq_idx')), which only the {kernels}, {state}; or {fix}")
+            f"(tensorcad.testing.hf_causal_lm(model, packing='seq_idx')), which only the {kernels}, {state}; or {fix}")
 
 
 def seq_idx_refusal(model: Any) -> str | None:

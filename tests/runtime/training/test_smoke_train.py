@@ -113,7 +113,7 @@ def _by_hand(module, sort):
 
 
 def test_the_smoke_train_step_is_certified_under_its_declared_reduction():
-    from harness import assert_step_faithful
+    from tensorcad.testing import assert_step_faithful
     from tensorcad.runtime.training import smoke
 
     model, module, sort, batch = _smoke_step(tensorcad.load("nano-sort"))
@@ -130,7 +130,7 @@ def test_the_smoke_train_step_is_certified_under_its_declared_reduction():
 
 
 def test_a_design_whose_mask_drops_the_document_conjunct_fails_the_step():
-    from harness import CertificateError, assert_step_faithful
+    from tensorcad.testing import CertificateError, assert_step_faithful
     from tensorcad.runtime.training import smoke
 
     raw = tensorcad.load("nano-sort").to_dict()

@@ -1,6 +1,6 @@
 """The engine's keys per query held to closed forms, and to a brute-force count.
 
-`closed-form` (a check of `runtime.certification`, and `harness.assert_closed_form`):
+`closed-form` (a check of `runtime.certification`, and `tensorcad.testing.assert_closed_form`):
 causal, window and full attention over one document a row are held to
 `tensorcad.closed_form` and, at a small length, to every score of the
 attention's own mask evaluated one by one (numpy, no engine), so a formula is

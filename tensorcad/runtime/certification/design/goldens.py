@@ -8,7 +8,7 @@ unpacked), and the name with the settings that differ otherwise
 two operating points keep two goldens. Each file has a version header,
 sorted keys and stable number formatting, so a reviewer can read a diff of it.
 The pytest plugin compares (and, with --snapshot-update, rewrites) them through
-syrupy (`harness.snapshot`); `tensorcad certify` compares the files on disk.
+syrupy (`tensorcad.testing.plugin.snapshot`); `tensorcad certify` compares the files on disk.
 No torch here.
 """
 

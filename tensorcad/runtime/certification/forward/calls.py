@@ -44,7 +44,7 @@ def outputs_of(value: Any, who: str = "model_fn") -> torch.Tensor:
             return value[tensors[0]]
         raise TensorcadError(who, f"returned a {type(value).__name__} holding "
                                   f"{'no tensor' if not tensors else 'tensors ' + ', '.join(map(str, tensors))}: "
-                                  "return the outputs to compare, or pick them with harness.call(..., output=NAME)")
+                                  "return the outputs to compare, or pick them with tensorcad.testing.call(..., output=NAME)")
     if isinstance(value, (tuple, list)) and value:
         value = value[0]
     if not isinstance(value, torch.Tensor):

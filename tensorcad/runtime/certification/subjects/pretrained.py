@@ -192,6 +192,6 @@ def hints(pretrained: Pretrained) -> list[str]:
     window = getattr(getattr(pretrained.model, "config", None), "sliding_window", None)
     if pretrained.packing == "mask" and isinstance(window, int):
         lines.append(f"a 4D attention_mask replaces the mask transformers builds, so the {window}-token sliding "
-                     "window is lost: add it to your mask (harness.hf_causal_lm(model, packing='mask') does), or "
+                     "window is lost: add it to your mask (tensorcad.testing.hf_causal_lm(model, packing='mask') does), or "
                      "pack by position_ids")
     return lines

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from harness import CertificateError, assert_faithful, assert_gradients_isolated, assert_isolated
+from tensorcad.testing import CertificateError, assert_faithful, assert_gradients_isolated, assert_isolated
 from tensorcad.errors import TensorcadError
 from tensorcad.packing import draw
 from tensorcad.runtime.certification import ModelRaised, outputs_of
