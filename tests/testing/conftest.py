@@ -98,3 +98,11 @@ def golden_file():
         return found[0]
 
     return find
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The wheel of this checkout (`pip wheel --no-deps .`), built once a session (tests/testing/installed.py)."""
+    from installed import build_wheel
+
+    return build_wheel(tmp_path_factory.mktemp("wheel"))

@@ -6,6 +6,7 @@ Every other test runs from the editable install of the checkout; these hold what
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import venv
@@ -16,9 +17,18 @@ CONSTRAINTS = ROOT / "constraints.txt"
 
 
 def build_wheel(out: Path) -> Path:
-    """`pip wheel --no-deps .` into `out`: the file users install."""
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
-                    str(ROOT)], check=True, capture_output=True, text=True, timeout=300)
+    """`pip wheel --no-deps` of the checkout's files (tracked, or new and not ignored) copied into `out`: the
+    file users install, built from what the repository holds (a stale build/ folder in the checkout would
+    otherwise put modules that no longer exist into the wheel)."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.splitlines()
+    source = out / "source"
+    for name in listed:
+        if (ROOT / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out), str(source)],
+                   check=True, capture_output=True, text=True, timeout=300)
     [wheel] = out.glob("tensorcad-*.whl")
     return wheel
 

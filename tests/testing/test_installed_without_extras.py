@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from installed import build_wheel, make_env, run
+from installed import make_env, run
 
 @pytest.fixture(scope="module")
-def bare(tmp_path_factory):
+def bare(tmp_path_factory, wheel):
     """A fresh environment: the wheel without extras, and pytest; nothing of the system's site-packages."""
     root = tmp_path_factory.mktemp("bare")
-    wheel = build_wheel(root / "dist")
     return make_env(root / "env", str(wheel), "pytest"), root
 
 
@@ -56,10 +55,8 @@ def test_a_project_collecting_designs_is_told_in_one_line_what_to_install(bare):
     assert "2 passed" in out, out
 
 
-def test_with_the_documented_extra_the_same_projects_items_run(tmp_path_factory, bare):
-    _, bare_root = bare
+def test_with_the_documented_extra_the_same_projects_items_run(tmp_path_factory, wheel):
     root = tmp_path_factory.mktemp("extra")
-    [wheel] = (bare_root / "dist").glob("tensorcad-*.whl")
     # torch and syrupy as this machine has them (the system's site-packages): pip installs only tensorcad,
     # the extra's other requirements already met, as a user's environment with torch would.
     python = make_env(root / "env", f"{wheel}[pytest]", system_site_packages=True)

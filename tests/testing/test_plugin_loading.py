@@ -34,10 +34,14 @@ def test_marked():
 
 
 def test_loading_the_plugin_imports_neither_torch_nor_the_engine():
-    code = ("import sys, tensorcad.testing.plugin, harness; "
-            "print(sorted(m for m in ('torch', 'tensorcad', 'numpy') if m in sys.modules))")
+    # What pytest loads in every session of an environment with tensorcad installed: the plugin, and with it
+    # tensorcad's face (its error type and lazy faces) and the testing face; nothing beyond the standard library.
+    code = ("import sys, tensorcad.testing.plugin, tensorcad.testing; "
+            "print(sorted(m for m in sys.modules if m.startswith('tensorcad')), "
+            "sorted(m for m in ('torch', 'numpy', 'syrupy', 'scipy', 'yaml') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert out.stdout.strip() == ("['tensorcad', 'tensorcad.errors', 'tensorcad.faces', 'tensorcad.testing', "
+                                  "'tensorcad.testing.plugin', 'tensorcad.testing.plugin.options'] []"), out.stdout
 
 
 def test_a_project_that_never_uses_it_imports_no_torch(project):
