@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, shown
 
 from .check import CERTIFICATES, GuardError, GuardReport, check_batch, is_hf
 from .recording import AttentionCall, recording
@@ -68,6 +68,20 @@ class _ModelFn:
         return self.model(ids, documents=documents)
 
 
+def _certificates(certificates: Any) -> tuple[str, ...]:
+    """The step certificates named, checked where they are given (a string or None failed at the first step)."""
+    from tensorcad.runtime.certification import STEP_CHECKS
+
+    if isinstance(certificates, (str, bytes)) or not isinstance(certificates, Iterable):
+        raise TensorcadError("certificates", f"expected a list of names ({', '.join(STEP_CHECKS)}), got "
+                                             f"{shown(certificates, 60)}")
+    names = tuple(certificates)
+    unknown = [n for n in names if not isinstance(n, str) or n not in STEP_CHECKS]
+    if unknown:
+        raise TensorcadError("certificates", f"unknown certificate {shown(unknown[0], 60)} ({', '.join(STEP_CHECKS)})")
+    return names
+
+
 class Guard:
     """The guard of one training run."""
 
@@ -81,7 +95,10 @@ class Guard:
         if on_failure not in ON_FAILURE:
             raise TensorcadError("on_failure", f"{on_failure!r} is not one of {', '.join(ON_FAILURE)}")
         self.first, self.every, self.on_failure = first, every, on_failure
-        self.certificates = tuple(certificates)
+        self.certificates = _certificates(certificates)
+        if not (certify_on is None or certify_on == "replica" or (callable(certify_on)
+                                                                   and not isinstance(certify_on, str))):
+            raise TensorcadError("certify_on", f"expected 'replica', None or a model, got {shown(certify_on, 60)}")
         self.certify_on = certify_on
         # data[boundaries] on each audited batch: the packer's lengths (a function of the batch the model got)
         self.lengths, self.eos_id = lengths, eos_id
@@ -136,8 +153,18 @@ class Guard:
         started = time.perf_counter()
         target = self._target(model)
         on = "the replica" if target is not None and isinstance(self.certify_on, str) and is_hf(model) else "the model"
-        report = check_batch(model, batch, calls=calls, certify_on=target, certificates=self.certificates, on=on,
-                             lengths=self.lengths, eos_id=self.eos_id)
+        try:
+            report = check_batch(model, batch, calls=calls, certify_on=target, certificates=self.certificates, on=on,
+                                 lengths=self.lengths, eos_id=self.eos_id)
+        except TensorcadError as error:  # a malformed batch: the run's own choice (warn, stop) is honoured
+            self.seconds += time.perf_counter() - started
+            if self.on_failure == "raise":
+                raise
+            if self.on_failure == "warn":
+                warnings.warn(f"tensorcad guard, step {step_number}: {error}", stacklevel=2)
+            else:
+                self.stop_requested = True
+            return None
         self.seconds += time.perf_counter() - started
         self.reports.append((step_number, report))
         if not report.passed:

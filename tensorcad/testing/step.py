@@ -32,7 +32,9 @@ def _certified(model: Any, batch: Any, only: tuple[str, ...] | None, *, alone_fn
     from tensorcad.runtime.certification import certify_step
 
     if is_hf_model(model):
-        step_model, alone = model, None  # its own loss, called as the loop calls it
+        # its own loss, called as a Trainer calls it; alone, its own forward ("model"): any other alone_fn is
+        # refused by certify_step rather than ignored
+        step_model, alone = model, None if alone_fn == "model" else alone_fn
     else:
         step_model = model_function(model, call)
         alone = alone_function(model, step_model, alone_fn)

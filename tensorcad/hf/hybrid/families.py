@@ -10,6 +10,8 @@ masks them. The ids are the presets': `embed`, `layers`, `norm`, `head`.
 
 from __future__ import annotations
 
+import math
+
 from typing import Any
 
 from tensorcad.errors import TensorcadError, shown
@@ -92,7 +94,7 @@ def mamba2(r: Reader, model_type: str, name: str, documents: bool, positions: bo
     block = f"{_STACK}.blocks.ssm.params"
     vocab = r.int("vocab_size", "nodes[0].params.vocab")
     dim = r.int("hidden_size", "nodes[0].params.dim")
-    layers = r.int("num_hidden_layers", f"{_STACK}.repeat")
+    layers = _layers(r)
     eps = r.float("layer_norm_epsilon", f"{block}.eps, its mixer's eps and nodes[2].params.eps", default=1e-5)
     ssm = _ssm(r, block, "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel", "chunk_size",
                "use_bias", "use_conv_bias", "expand", dim, eps)
@@ -119,7 +121,7 @@ def bamba(r: Reader, model_type: str, name: str, documents: bool, positions: boo
     blocks_at = f"{_STACK}.blocks"
     vocab = r.int("vocab_size", "nodes[0].params.vocab")
     dim = r.int("hidden_size", "nodes[0].params.dim")
-    layers = r.int("num_hidden_layers", f"{_STACK}.repeat")
+    layers = _layers(r)
     hidden = r.int("intermediate_size", f"{blocks_at}.*.params.mlp.hidden")
     eps = r.float("rms_norm_eps", f"{blocks_at}.*.params.eps, the mixers' eps and nodes[2].params.eps", default=1e-5)
     context = r.int("max_position_embeddings", "context", default=262144)
@@ -129,8 +131,11 @@ def bamba(r: Reader, model_type: str, name: str, documents: bool, positions: boo
     mlp = {"hidden": hidden, "activation": "swiglu", "bias": r.flag("mlp_bias", f"{blocks_at}.*.params.mlp.bias")}
     attention = _attention(r, documents, dim, partial=True)
     attention["bias"] = r.flag("attention_bias", f"{blocks_at}.attention.params.attention.bias")
-    indices = r.map("attn_layer_indices", f"{_STACK}.layers (the attention layers)") or []
-    if not isinstance(indices, list) or not all(isinstance(i, int) and 0 <= i < layers for i in indices):
+    indices = r.map("attn_layer_indices", f"{_STACK}.layers (the attention layers)")
+    # null (transformers' own default): no attention layer. 0, false, "", {} and [] were read so too, and [true] as
+    # layer 1: anything else is a non-empty list of indices, or refused
+    if indices is not None and (not isinstance(indices, list) or not indices or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i < layers for i in indices)):
         r.refuse("attn_layer_indices", f"expected layer indices in 0..{layers - 1}, got {shown(indices)}")
     tied = r.flag("tie_word_embeddings", "nodes[3].params.tie", default=False)
     r.ignore("num_logits_to_keep", "how many logits generation computes; a forward pass computes them all")
@@ -141,8 +146,19 @@ def bamba(r: Reader, model_type: str, name: str, documents: bool, positions: boo
         "attention": {"kind": "transformer_block", "params": {"dim": dim, "norm": "rmsnorm", "eps": eps,
                                                               "mlp": mlp, "attention": attention}},
     }
-    types = ["attention" if i in indices else "mamba" for i in range(layers)]
+    types = ["attention" if i in (indices or ()) else "mamba" for i in range(layers)]
     return _design(name, context, documents, positions, vocab, dim, eps, blocks, types, tied)
+
+
+MAX_LAYERS = 4_096  # the design's repeats (design/schema.py): 2**31 layers took 20 s and 1.5 GB, 2**70 overflowed
+MAX_WIDTH = 1 << 20  # the design's widths
+
+
+def _layers(r: Reader) -> int:
+    layers = r.int("num_hidden_layers", f"{_STACK}.repeat")
+    if layers > MAX_LAYERS:
+        r.refuse("num_hidden_layers", f"expected at most {MAX_LAYERS:,} layers, got {shown(layers, 40)}")
+    return layers
 
 
 def _lfm2_hidden(r: Reader, where: str) -> int:
@@ -156,8 +172,11 @@ def _lfm2_hidden(r: Reader, where: str) -> int:
     hidden = int(2 * hidden / 3)
     multiplier = r.map("block_ffn_dim_multiplier", where)
     if multiplier is not None:
-        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or multiplier <= 0:
-            r.refuse("block_ffn_dim_multiplier", f"expected a positive number or null, got {shown(multiplier)}")
+        if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier) \
+                or not 0 < multiplier * hidden <= MAX_WIDTH:
+            # NaN, inf and 1e308 gave tracebacks (int() of them, or a width past the design's limit)
+            r.refuse("block_ffn_dim_multiplier", f"expected a positive finite number (at most {MAX_WIDTH:,} over "
+                                                 f"2/3 of intermediate_size) or null, got {shown(multiplier)}")
         multiple = r.int("block_multiple_of", where)
         hidden = int(multiplier * hidden)
         hidden = multiple * ((hidden + multiple - 1) // multiple)
@@ -174,7 +193,7 @@ def lfm2(r: Reader, model_type: str, name: str, documents: bool, positions: bool
     blocks_at = f"{_STACK}.blocks"
     vocab = r.int("vocab_size", "nodes[0].params.vocab")
     dim = r.int("hidden_size", "nodes[0].params.dim")
-    layers = r.int("num_hidden_layers", f"{_STACK}.repeat")
+    layers = _layers(r)
     eps = r.float("norm_eps", f"{blocks_at}.*.params.eps, the q/k norms' eps and nodes[2].params.eps", default=1e-5)
     context = r.int("max_position_embeddings", "context", default=128000)
     hidden = _lfm2_hidden(r, f"{blocks_at}.*.params.mlp.hidden")

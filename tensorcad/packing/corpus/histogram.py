@@ -28,6 +28,7 @@ MAX_FILE_BYTES = 1 << 30
 
 
 _INTEGER = re.compile(r"[+-]?[0-9]{1,30}")  # ASCII digits only: '\u0663' (Arabic-Indic 3) is no length
+_KEY = re.compile(r"-?[0-9]{1,30}")  # a JSON histogram's key (a sign only to say "not positive"): " 5 ", "+5", "1_0" (float() read 10), "1e3", "5.0" were read
 
 
 def _int_at(text: str, where: str, what: str) -> int:
@@ -79,6 +80,8 @@ def _json_histogram(text: str, name: str) -> Lengths:
     table: dict[int, int] = {}
     for key, count in data.items():
         try:
+            if not _KEY.fullmatch(key):
+                raise TensorcadError(name, f"length {shown(key, 40)} is not a number (ASCII digits only)")
             length = _int_at(key, name, "length")
             if isinstance(count, bool) or not isinstance(count, (int, float)):
                 raise TensorcadError(name, f"count for length {shown(key, 40)} is not a number")

@@ -105,8 +105,14 @@ def _timed_in_turn(rank: int, world_size: int, work, repeats: int) -> float:
     return min(times)
 
 
-def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
-    """The spawn target: join the group, run every sharding, and (rank 0) write the results."""
+def run_rank(rank: int, spec: RunSpec, store_path: str, out_path: str) -> None:
+    """The spawn target: join the group, run every sharding, and (rank 0) write the results.
+
+    The ranks meet through a file (``FileStore``), not a TCP store: torch's TCPStore server binds the wildcard
+    address whatever host ``tcp://`` names (rank 0 listened on ``*:PORT``). gloo's own pairs listen on the
+    interface GLOO_SOCKET_IFNAME names: the loopback, set here for this process whatever the caller's was.
+    """
+    import os
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.distributed_c10d import _get_process_group_name
     from torch.distributed.tensor.experimental._context_parallel import (
@@ -123,7 +129,8 @@ def run_rank(rank: int, spec: RunSpec, port: int, out_path: str) -> None:
     warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
     torch.set_num_threads(1)
     n = spec.world_size
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=n)
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    dist.init_process_group("gloo", store=dist.FileStore(store_path, n), rank=rank, world_size=n)
     try:
         mesh = init_device_mesh("cpu", (n,))
         group = _get_process_group_name(mesh.get_group())

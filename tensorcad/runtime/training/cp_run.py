@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import math
 import os
 import socket
 import sys
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorcad.errors import TensorcadError, check_integer
+from tensorcad.errors import TensorcadError, check_integer, shown
 
 from .cp_rank import RunSpec, batch
 
@@ -74,10 +76,54 @@ class CpRun:
                 "shards": [s.to_json() for s in self.shards]}
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# A run's size, refused before any rank spawns. Every rank builds the whole batch's q, k, v (B, H, T, D) and
+# rank 0 the unsharded reference, whose BlockMask evaluates T x T scores (create_block_mask): 64 rows of 2^20
+# tokens failed after the ranks spawned.
+MAX_SEQ = 1 << 15
+MAX_ELEMENTS = 1 << 27  # ranks x rows x heads x tokens x head_dim: about 3 GiB of float32 across the ranks
+MAX_LINE = 200  # an option's value is cut in a message (a 5,000-character --shard was echoed whole)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (it printed the usage, then the error)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise TensorcadError("", f"{_cut(message)} (see --help)")
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MAX_LINE else text[:MAX_LINE - 3] + "..."
+
+
+def check_spec(spec: RunSpec) -> None:
+    """What a run may be, in one line naming the option, before any rank spawns."""
+    if not spec.shards:
+        raise TensorcadError("--shard", "no sharding given")
+    if spec.window is not None:
+        check_integer(spec.window, "--window", 1, spec.seq)
+    if spec.pack is not None and (not math.isfinite(spec.pack) or not 1 <= spec.pack <= MAX_SEQ):
+        raise TensorcadError("--pack", f"expected 0 (one document a row) or a mean length in 1..{MAX_SEQ:,}, "
+                                       f"got {spec.pack:g}")
+    if not math.isfinite(spec.spread) or not (spec.spread == 0 or 1e-4 <= spec.spread <= 10):
+        raise TensorcadError("--spread", f"expected 0 or 1e-4..10, got {spec.spread:g}")
+    check_integer(spec.seq, "--seq", 128, MAX_SEQ)
+    elements = spec.world_size * spec.rows * spec.heads * spec.seq * spec.head_dim
+    if elements > MAX_ELEMENTS:
+        raise TensorcadError("--seq", f"{spec.world_size} ranks x {spec.rows} rows x {spec.heads} heads x "
+                                      f"{spec.seq:,} tokens x {spec.head_dim} is {elements:,} values, more than "
+                                      f"the {MAX_ELEMENTS:,} a run holds: fewer rows, tokens or heads")
+
+
+def _rank_failure(error: Exception) -> TensorcadError:
+    """A rank that died or raised, as one line (torch's message carries the rank's whole traceback)."""
+    rank = getattr(error, "error_index", "?")
+    signal_name = getattr(error, "signal_name", None)
+    if signal_name:
+        return TensorcadError(f"rank {rank}", f"killed by {signal_name}; the other ranks were stopped")
+    code = getattr(error, "exit_code", None)
+    lines = [line for line in str(getattr(error, "msg", error)).splitlines() if line.strip()]
+    last = lines[-1].strip() if lines else f"exit {code}"
+    return TensorcadError(f"rank {rank}", f"failed: {_cut(last)}; the other ranks were stopped")
 
 
 def _design(window: int | None):
@@ -124,22 +170,30 @@ def run(spec: RunSpec) -> CpRun:
     from tensorcad.runtime.building.cp_layouts import cp_layout
 
     check_integer(spec.world_size, "world_size", 1, 64)
+    check_spec(spec)
     documents, *_ = batch(spec)
     for shard in spec.shards:  # refuse a row a sharding cannot lay out here, in one line, before launch
         cp_layout(documents, shard, spec.world_size, np.ones((spec.rows, spec.seq // 128 or 1)))
-    if "lo" in {name for _, name in socket.if_nameindex()}:
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # gloo on the loopback only
+    # The engine's side first: a sharding it refuses at these rows is refused before launch, not after the ranks ran.
+    predicted = {shard: predictions(spec, shard) for shard in spec.shards}
+    if "lo" not in {name for _, name in socket.if_nameindex()}:
+        raise TensorcadError("world_size", "no loopback interface ('lo'): gloo would listen on another one")
     with tempfile.TemporaryDirectory() as folder:
         out = os.path.join(folder, "ranks.json")
         from .cp_rank import run_rank
 
-        mp.start_processes(run_rank, args=(spec, _free_port(), out), nprocs=spec.world_size, join=True,
-                           start_method="spawn")
+        # torch logs "Terminating process ... via signal SIGTERM" when a rank dies: the failure is our one line
+        logging.getLogger("torch.multiprocessing.spawn").setLevel(logging.ERROR)
+        try:
+            mp.start_processes(run_rank, args=(spec, os.path.join(folder, "store"), out), nprocs=spec.world_size,
+                               join=True, start_method="spawn")
+        except (mp.ProcessExitedException, mp.ProcessRaisedException) as error:
+            raise _rank_failure(error) from None
         with open(out) as f:
             measured = json.load(f)
     runs = []
     for m in measured:
-        slowest, ratio, analysis = predictions(spec, m["shard"])
+        slowest, ratio, analysis = predicted[m["shard"]]
         runs.append(ShardRun(m["shard"], m["maxDifference"], tuple(m["seconds"]), tuple(m["blocks"]), slowest,
                              ratio, analysis))
     return CpRun(spec, tuple(runs))
@@ -166,7 +220,7 @@ def render(result: CpRun) -> str:
 def main(argv: list[str] | None = None) -> int:
     from tensorcad.analysis.context_parallel.ranks import SHARDINGS
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m tensorcad.runtime.training.cp_run",
         description="Run context-parallel attention on N gloo processes: each rank's shard against the gathered "
                     "keys with its own block mask, outputs held to the unsharded, times beside the engine's "
@@ -187,14 +241,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="timed runs a rank (the best counts), default 3")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
-    args = parser.parse_args(argv)
-    shards = tuple(s.strip() for s in args.shard.split(",") if s.strip())
     try:
+        args = parser.parse_args(argv)
+        shards = tuple(s.strip() for s in args.shard.split(",") if s.strip())
         unknown = [s for s in shards if s not in SHARDINGS]
         if unknown:
-            raise TensorcadError("--shard", f"unknown sharding {unknown[0]!r} ({', '.join(SHARDINGS)})")
+            raise TensorcadError("--shard", f"unknown sharding {shown(unknown[0])} ({', '.join(SHARDINGS)})")
         spec = RunSpec(world_size=check_integer(args.world_size, "--world-size", 1, 64), shards=shards,
-                       seq=check_integer(args.seq, "--seq", 128, 1 << 20), rows=check_integer(args.rows, "--rows", 1, 64),
+                       seq=check_integer(args.seq, "--seq", 128, MAX_SEQ), rows=check_integer(args.rows, "--rows", 1, 64),
                        pack=args.pack or None, spread=args.spread, heads=check_integer(args.heads, "--heads", 1, 64),
                        head_dim=check_integer(args.head_dim, "--head-dim", 1, 256), window=args.window,
                        kernel=args.kernel, repeats=check_integer(args.repeats, "--repeats", 1, 100),

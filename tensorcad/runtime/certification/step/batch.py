@@ -36,7 +36,7 @@ from typing import Any, Mapping
 
 import torch
 
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, shown
 
 from ..forward.isolation import segments
 
@@ -77,12 +77,35 @@ class StepBatch:
         return segments(self.documents)
 
 
+# The dtypes a key may hold: labels are cross_entropy's targets (int64 only: int8..int32 and uint8 raised inside
+# torch, and uint8 cannot hold -100); ids are an embedding's indices (int32 or int64).
+_DTYPES = {"labels": (torch.int64,), "shift_labels": (torch.int64,), "input_ids": (torch.int64, torch.int32)}
+
+
+def _as_tensor(value: Any, name: str) -> torch.Tensor:
+    """``value`` as a tensor, or one line naming ``batch.<name>`` (None, a string, a ragged list)."""
+    if isinstance(value, (str, bytes)) or value is None:
+        raise TensorcadError(f"batch.{name}", f"expected a tensor of integers, got {shown(value, 60)}")
+    try:
+        return torch.as_tensor(value)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        raise TensorcadError(f"batch.{name}", f"expected a tensor of integers, got {type(value).__name__} "
+                                              f"{shown(value, 60)} ({shown(str(error), 80)})") from None
+
+
 def _tensor(value: Any, name: str) -> torch.Tensor:
-    value = torch.as_tensor(value)
+    value = _as_tensor(value, name)
     if value.dim() == 1:
         value = value[None]
-    if value.dim() != 2 or value.dtype.is_floating_point or value.dtype == torch.bool:
+    wanted = _DTYPES.get(name)
+    integers = not (value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool)
+    if value.dim() != 2 or not integers:
         raise TensorcadError(f"batch.{name}", f"expected (B, T) integers, got {value.dtype} {tuple(value.shape)}")
+    if wanted is not None and value.dtype not in wanted:
+        kinds = " or ".join(str(d).removeprefix("torch.") for d in wanted)
+        raise TensorcadError(f"batch.{name}", f"expected (B, T) integers of {kinds} (what the model's "
+                                              f"{'embedding' if name == 'input_ids' else 'cross-entropy'} takes), "
+                                              f"got {value.dtype}")
     return value
 
 
@@ -103,7 +126,7 @@ def _documents(batch: Mapping[str, Any], shape: torch.Size, device: torch.device
     elif "seq_idx" in batch:
         documents = _rows(documents_of_seq_idx(torch.as_tensor(batch["seq_idx"]).cpu()))
     elif "cu_seq_lens_q" in batch:
-        documents = _rows(documents_of_cu_seqlens(torch.as_tensor(batch["cu_seq_lens_q"]).cpu(), shape[1], shape[0]))
+        documents = _rows(_cu_documents(batch, "cu_seq_lens_q", shape))
     elif "position_ids" in batch:
         documents = _rows(documents_of_positions(_tensor(batch["position_ids"], "position_ids").cpu()))
     else:
@@ -118,6 +141,34 @@ def _documents(batch: Mapping[str, Any], shape: torch.Size, device: torch.device
 def documents_in(batch: Mapping[str, Any], shape: torch.Size, device: torch.device) -> torch.Tensor:
     """(B, T) documents of a batch dict, from whichever form it holds (the RL room reads its batches so too)."""
     return _documents(batch, shape, device)
+
+
+def _cu_documents(batch: Mapping[str, Any], key: str, shape: torch.Size) -> torch.Tensor:
+    from tensorcad.packing import documents_of_cu_seqlens
+
+    cu = _as_tensor(batch[key], key).cpu()
+    try:
+        return documents_of_cu_seqlens(cu, shape[1], shape[0])
+    except TensorcadError as error:
+        raise TensorcadError(f"batch.{key}", f"{error.path}: {error.message}") from None
+
+
+def _agreeing_boundaries(batch: Mapping[str, Any], shape: torch.Size) -> None:
+    """cu_seq_lens_k says the same documents as cu_seq_lens_q: packed self-attention has one set of documents, and
+    a flash kernel reading keys by the one and queries by the other was certified by neither (the certificates
+    read cu_seq_lens_q). position_ids may disagree: positions that do not restart are a fault the certificates
+    catch, not a batch they cannot read."""
+    if "cu_seq_lens_k" not in batch:
+        return
+    if "cu_seq_lens_q" not in batch:
+        raise TensorcadError("batch.cu_seq_lens_k", "given without cu_seq_lens_q")
+    _cu_documents(batch, "cu_seq_lens_q", shape)
+    given = _as_tensor(batch["cu_seq_lens_k"], "cu_seq_lens_k").cpu()
+    wanted = _as_tensor(batch["cu_seq_lens_q"], "cu_seq_lens_q").cpu()
+    if given.shape != wanted.shape or given.dtype.is_complex or not bool((given.long() == wanted.long()).all()):
+        raise TensorcadError("batch.cu_seq_lens_k", f"{shown(given.tolist(), 60)} differs from cu_seq_lens_q "
+                                                    f"{shown(wanted.tolist(), 60)}: packed self-attention has one "
+                                                    "set of documents")
 
 
 def _looks(ids: torch.Tensor, labels: torch.Tensor) -> set[str]:
@@ -166,8 +217,14 @@ def _convention(ids, labels, *, declared: str | None, shift_labels: bool, loss_s
                                   "declare shift='inside' (the loss shifts them) or shift='shifted'")
 
 
-def read_batch(batch: Mapping[str, Any], *, shift: str | None = None, loss_shifts: bool = False) -> StepBatch:
-    """The batch dict as a `StepBatch`; ``loss_shifts``: the loss shifts labels itself (a Hugging Face model's)."""
+def read_batch(batch: Mapping[str, Any], *, shift: str | None = None, loss_shifts: bool = False,
+               vocab: int | None = None) -> StepBatch:
+    """The batch dict as a `StepBatch`; ``loss_shifts``: the loss shifts labels itself (a Hugging Face model's).
+
+    ``vocab``: the model's vocabulary, when known: labels must lie in it (or be -100), never only at the loss.
+    """
+    from .limits import check_ids, check_labels
+
     if isinstance(batch, StepBatch):
         return batch
     if not isinstance(batch, Mapping):
@@ -181,9 +238,12 @@ def read_batch(batch: Mapping[str, Any], *, shift: str | None = None, loss_shift
     labels = _tensor(batch[key], key).to(ids.device)
     if labels.shape != ids.shape:
         raise TensorcadError(f"batch.{key}", f"shape {tuple(labels.shape)} differs from input_ids {tuple(ids.shape)}")
+    check_ids(ids, None)
+    check_labels(labels, key, vocab, IGNORE_INDEX)
     if not bool((labels != IGNORE_INDEX).any()):
         raise TensorcadError(f"batch.{key}", f"every label is {IGNORE_INDEX}: nothing is trained")
     documents = _documents(batch, ids.shape, ids.device)
+    _agreeing_boundaries(batch, ids.shape)
     if bool((documents[:, 1:] < documents[:, :-1]).any()):
         raise TensorcadError("batch.documents", "document ids must never fall along a row")
     if "position_ids" in batch:

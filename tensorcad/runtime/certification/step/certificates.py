@@ -33,6 +33,8 @@ from .gradients import check_step_gradients
 from .labels import check_labels
 from .mtp import mtp_heads
 from .loss import check_loss
+from .limits import (MAX_ATOL, MAX_RTOL, MAX_STEP_DOCUMENTS, check_alone, check_documents, check_ids,
+                     check_tolerance, hf_vocabulary, probed_vocabulary)
 from .loop import TrainingStep, step_of
 
 HEADLINES = {"step[labels]": "labels cross documents", "step[loss]": "the loss is not the documents' own",
@@ -70,11 +72,29 @@ class StepReport:
                 "notRun": dict(self.not_run), "call": self.call}
 
 
-def _micro_batches(step: TrainingStep, batch: Any, parts: int, shift: str | None) -> list[StepBatch]:
+def _micro_batches(step: TrainingStep, batch: Any, parts: int, shift: str | None,
+                   vocab: int | None = None) -> list[StepBatch]:
     """The user's own micro-batches (a list of batch dicts), or ``batch`` split into ``parts``."""
     if isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
-        return [read_batch(b, shift=shift, loss_shifts=step.own_loss) for b in batch]
-    return split_batch(read_batch(batch, shift=shift, loss_shifts=step.own_loss), parts)
+        return [read_batch(b, shift=shift, loss_shifts=step.own_loss, vocab=vocab) for b in batch]
+    return split_batch(read_batch(batch, shift=shift, loss_shifts=step.own_loss, vocab=vocab), parts)
+
+
+def _checked_read(step: TrainingStep, batch: Any, shift: str | None, probe: bool) -> tuple[StepBatch, int | None]:
+    """One batch dict read and held to the limits (`limits`): its size, its ids and labels in the vocabulary."""
+    if step.hf:
+        ids_bound, vocab = hf_vocabulary(step.model)
+        read = read_batch(batch, shift=shift, loss_shifts=step.own_loss, vocab=vocab)
+        check_ids(read.ids, ids_bound)
+    else:
+        # Read once with the shift declared (labels past the vocabulary would fail the shift's detection first),
+        # run once for the outputs' width, then read as the checks will.
+        read = read_batch(batch, shift=shift or "shifted", loss_shifts=step.own_loss)
+        check_documents(len(read.pieces()))
+        vocab = probed_vocabulary(step, read) if probe else None
+        read = read_batch(batch, shift=shift, loss_shifts=step.own_loss, vocab=vocab)
+    check_documents(len(read.pieces()))
+    return read, vocab
 
 
 def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, Any]], *,
@@ -98,11 +118,24 @@ def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, An
     if unknown:
         raise TensorcadError("only", f"unknown step certificate {unknown[0]!r} ({', '.join(STEP_CHECKS)})")
     name_of(reduction)
+    check_tolerance("atol", atol, MAX_ATOL)
+    check_tolerance("rtol", rtol, MAX_RTOL)
     step = step_of(model, loss, alone, call)
+    check_alone(alone, step.hf)
     given_micro = isinstance(batch, Sequence) and not isinstance(batch, (str, bytes))
     if given_micro and set(wanted) - {"step[accumulation]"}:
         raise TensorcadError("batch", "a list of micro-batches is for step[accumulation] alone: pass one batch dict")
-    read = None if given_micro else read_batch(batch, shift=shift, loss_shifts=step.own_loss)
+    probe = bool(set(wanted) - {"step[labels]"})  # only the labels certificate runs no model
+    vocab = None
+    if given_micro:
+        if len(batch) > MAX_STEP_DOCUMENTS:
+            check_documents(len(batch))
+        checked = [_checked_read(step, b, shift, probe) for b in batch]
+        check_documents(sum(len(b.pieces()) for b, _ in checked))
+        vocab = next((v for _, v in checked), None)
+        read = None
+    else:
+        read, vocab = _checked_read(step, batch, shift, probe)
     results: dict[str, Any] = {}
     not_run: dict[str, str] = {}
     for name in wanted:
@@ -117,7 +150,7 @@ def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, An
                 not_run[name] = "accumulation=None: the loop takes one batch a step"
                 continue
             accumulation_name(accumulation)
-            batches = _micro_batches(step, batch, micro_batches, shift)
+            batches = _micro_batches(step, batch, micro_batches, shift, vocab)
             results[name] = check_accumulation(step, batches, reduction, accumulation, rtol=rtol)
         else:
             results[name] = check_eval_parity(step, read, reduction, atol=atol, rtol=rtol)
