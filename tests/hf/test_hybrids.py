@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers", reason="transformers is absent: it is the reference these tests hold to")
 
-import tensorcad.testing as harness  # noqa: E402
+import tensorcad.testing  # noqa: E402
 import tensorcad  # noqa: E402
 from tensorcad.analysis.params import count_params  # noqa: E402
 from tensorcad.errors import TensorcadError  # noqa: E402
@@ -173,7 +173,7 @@ def test_with_position_ids_only_transformers_fails_and_the_message_says_why(pair
     model_fn = tensorcad.testing.hf_causal_lm(hf)  # packed position_ids, use_cache=False: all attention needs
     batch = packed()
     for certificate, options in ((tensorcad.testing.assert_isolated, {"boundaries": False}), (tensorcad.testing.assert_faithful, {})):
-        with pytest.raises(harness.CertificateError) as failure:
+        with pytest.raises(tensorcad.testing.CertificateError) as failure:
             certificate(model_fn, *batch, **options)
         message = str(failure.value)
         for words in NAMED[family]:

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-import tensorcad.testing as harness  # noqa: E402
+import tensorcad.testing  # noqa: E402
 from tensorcad.testing import (  # noqa: E402
     CertificateError,
     assert_rl_aggregation,

@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
-import tensorcad.testing as harness  # noqa: E402
+import tensorcad.testing  # noqa: E402
 from tensorcad.testing import (  # noqa: E402
     CertificateError,
     assert_eval_parity,

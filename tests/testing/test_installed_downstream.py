@@ -81,7 +81,7 @@ def leaky():
 
 def _project(root, models: list[str]):
     project = root / f"downstream-{len(models)}-{models[0].split(':')[1]}"
-    (project / "designs").mkdir(parents=True)
+    (project / "designs").mkdir(parents=True, exist_ok=True)  # the same project, written again, is the same
     (project / "designs" / "tiny.json").write_text((ROOT / "tensorcad" / "presets" / "nano-sort.json").read_text())
     (project / "downstream_models.py").write_text(MODELS)
     (project / "pyproject.toml").write_text(textwrap.dedent(f"""\

@@ -105,7 +105,7 @@ def test_a_design_whose_mixer_reads_no_documents_is_flagged_and_fails(kind):
 
 @pytest.mark.parametrize("kind", MIXERS)
 def test_the_training_steps_gradients_catch_the_missing_reset(kind):
-    import tensorcad.testing as harness
+    import tensorcad.testing
 
     ids, documents = batch()
     first = torch.ones_like(documents, dtype=torch.bool)
@@ -113,6 +113,6 @@ def test_the_training_steps_gradients_catch_the_missing_reset(kind):
     step = {"input_ids": ids, "documents": documents, "labels": ids.masked_fill(first, -100)}
     source = generate(tensorcad.load(design_of(kind)))
     assert tensorcad.testing.assert_step_gradients(model_of(source), step).passed
-    with pytest.raises(harness.CertificateError) as failure:  # the plant: the same model, its reset taken out
+    with pytest.raises(tensorcad.testing.CertificateError) as failure:  # the plant: the same model, its reset taken out
         tensorcad.testing.assert_step_gradients(model_of(without_reset(source)), step)
     assert not failure.value.report.passed
