@@ -858,8 +858,6 @@ class MoE(nn.Module):
         out = torch.zeros_like(flat)
         for e in range(self.n_experts):
             token, slot = torch.where(chosen == e)  # the tokens routed to e
-            if token.numel() == 0:
-                continue
             h = F.linear(flat[token], self.gate_up_proj[e])
             gate, up = h.chunk(2, dim=-1)
             h = F.linear(F.silu(gate) * up, self.down_proj[e])

@@ -8,8 +8,8 @@ renaming alone (`hf.weights`).
 
 The forward pass is eager: each expert gathers the tokens routed to it, runs them,
 and adds its weighted output back at their places (`index_add_`); an expert no token
-chose costs nothing. Dropless by default; with a capacity factor, `keep` zeroes the
-weight of each routed (token, slot) past its expert's capacity in its group, counted
+chose runs on zero rows (no early exit, so the module exports). Dropless by default;
+with a capacity factor, `keep` zeroes the weight of each routed (token, slot) past its expert's capacity in its group, counted
 in the order the design says (`drop`: 'position' the group's earlier tokens first,
 'probs' the higher scores first), so a dropped token passes by the residual alone.
 """
@@ -108,9 +108,9 @@ def moe_source(node: Node, f, shared_class: str | None) -> str:
         lines.append(f"        weights = weights * self.keep(chosen, weights, {groups})")
     lines += ["        out = torch.zeros_like(flat)",
               "        for e in range(self.n_experts):",
-              "            token, slot = torch.where(chosen == e)  # the tokens routed to e",
-              "            if token.numel() == 0:",
-              "                continue"]
+              # no early exit for an expert no token chose: a test of the count is a guard on data-dependent
+              # size that torch.export cannot take (the export check); its zero-row matmul costs nothing
+              "            token, slot = torch.where(chosen == e)  # the tokens routed to e"]
     bias = lambda name: f" + self.{name}_bias[e]" if p["bias"] else ""  # noqa: E731
     lines.append(f"            h = F.linear(flat[token], self.{first}[e]){bias(first)}")
     if gated:
