@@ -6,7 +6,7 @@ model the way that setup does. ``alone_gaps`` runs each document by itself,
 the reference every expected verdict is established from.
 
 ```python
-from hf_setups import tiny_model, collated, alone_gaps   # tests/harness is on sys.path under pytest
+from hf_setups import tiny_model, collated, alone_gaps   # tests/hf is on sys.path under pytest
 model = tiny_model("mistral", "sdpa")
 ids, documents, positions, batch = collated(LENGTHS)
 ```

@@ -12,7 +12,7 @@ from tensorcad.packing import draw
 
 transformers = pytest.importorskip("transformers")
 
-from hf_setups import block_diagonal, collated, tiny_model  # noqa: E402 - tests/harness is on sys.path
+from hf_setups import block_diagonal, collated, tiny_model  # noqa: E402 - tests/hf is on sys.path
 
 
 @pytest.fixture(scope="module")

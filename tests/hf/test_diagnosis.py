@@ -10,7 +10,7 @@ from tensorcad.hf.diagnosis import diagnose, reachable_hf_models
 
 transformers = pytest.importorskip("transformers")
 
-from hf_setups import collated, tiny_model  # noqa: E402 - tests/harness is on sys.path
+from hf_setups import collated, tiny_model  # noqa: E402 - tests/hf is on sys.path
 
 
 @pytest.fixture(scope="module")
