@@ -137,7 +137,7 @@ def test_a_subjects_own_alone_is_how_its_documents_run_and_a_check_keeps_its_nam
 def test_a_designs_subject_is_held_under_its_generated_models_training_loss():
     """A design's subject: its generated model, next-token labels shifted within documents, next_token_loss.
     The labels check needs no model run; building the design costs the test its time (a second or so)."""
-    from test_model_certificates import SETTINGS, design
+    from tiny_designs import SETTINGS, design
 
     from tensorcad.runtime.building.subject import Subject
 
