@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import stat
 import sys
 from pathlib import Path
 from typing import Any
@@ -31,6 +32,10 @@ def writable(path: str, option: str, *, inputs=(), force: bool = True) -> None:
     target = Path(path)
     if not target.exists():
         return
+    kind = _not_writable_kind(target)
+    if kind is not None:
+        # Opening a FIFO to write blocks until a reader comes (forever, for a typo); a directory or socket fails late.
+        raise TensorcadError(option, f"{shown(path, PATH_SHOWN)} is {kind}, not a regular file: {option} names a file to write")
     for given in inputs:
         try:
             same = target.samefile(given)
@@ -40,6 +45,16 @@ def writable(path: str, option: str, *, inputs=(), force: bool = True) -> None:
             raise TensorcadError(option, f"{shown(path, PATH_SHOWN)} is an input of this command; it is never written over")
     if not force:
         raise TensorcadError(option, f"{shown(path, PATH_SHOWN)} exists; pass --force to replace it, or -o another file")
+
+
+def _not_writable_kind(target: Path) -> str | None:
+    """What an existing output path is when it is none a command may write: a character device (``/dev/null``)
+    takes the bytes without blocking, a FIFO waits for a reader, a directory or socket cannot be written."""
+    mode = target.stat().st_mode
+    if stat.S_ISREG(mode) or stat.S_ISCHR(mode):
+        return None
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a block device")
 
 
 def write_output(path: str, text: str, option: str, *, inputs=(), force: bool = True) -> None:
@@ -296,8 +311,8 @@ def _merged(args: argparse.Namespace):
     from tensorcad.packing.corpus.histogram import load_lengths
     from tensorcad.packing.corpus.shards import Counted
 
-    for option in ("engine", "workers", "tokenizer", "by", "length_column", "scheduler"):
-        if getattr(args, option):
+    for option in ("engine", "workers", "tokenizer", "by", "length_column", "scheduler", "field", "separator"):
+        if getattr(args, option) is not None:
             raise TensorcadError(f"--{option.replace('_', '-')}", "--merge adds histograms up; it counts nothing")
     histograms = [load_lengths(file) for file in args.corpus]
     return Counted(histograms[0].merge(*histograms[1:]), 0, len(histograms), 1)
@@ -308,7 +323,8 @@ def _counted(args: argparse.Namespace):
     from tensorcad.packing.corpus.reading import Counting
     from tensorcad.packing.corpus.shards import count_shards, shards_of
 
-    counting = Counting(args.field, args.separator, args.by, args.tokenizer, args.length_column)
+    counting = Counting("text" if args.field is None else args.field, "\n\n" if args.separator is None else args.separator,
+                        args.by, args.tokenizer, args.length_column)
     if args.scheduler and not args.engine:
         raise TensorcadError("--scheduler", "needs --engine dask")
     if args.engine:

@@ -196,11 +196,12 @@ def parser() -> argparse.ArgumentParser:
                    help="corpus files, folders of shards or globs (with --merge: histograms)")
     p.add_argument("--merge", action="store_true",
                    help="add up the histograms CORPUS names, exactly, instead of counting documents")
-    p.add_argument("--field", default="text", help="the JSONL field or Parquet column of the text (default text)")
+    # None, not the defaults, so --merge can tell an option given from one left alone (it counts no text).
+    p.add_argument("--field", help="the JSONL field or Parquet column of the text (default text)")
     p.add_argument("--length-column", metavar="NAME",
                    help="read each document's length from this column or field (default: token_count or length "
                         "where a shard has one, unless --by or --tokenizer says to count the text)")
-    p.add_argument("--separator", default="\\n\\n", type=escaped,
+    p.add_argument("--separator", type=escaped,
                    help="what divides plain-text documents, backslash escapes allowed (default a blank line)")
     p.add_argument("--by", choices=("bytes", "whitespace"),
                    help="count tokens of the text as UTF-8 bytes or whitespace-separated words (default whitespace, "

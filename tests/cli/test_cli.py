@@ -34,7 +34,7 @@ def test_every_command_has_help(command):
     (["show", "nano-sort", "--bogus"], "unrecognized arguments"),
     (["codegen", "nano-sort", "--scale", "0"], "--scale: 0 is outside"),
     (["editor", "/no/such.yaml"], "no such file"),
-    (["analyze", "gpt2-small", "--out", "/"], "--out: cannot write '/'"),
+    (["analyze", "gpt2-small", "--out", "/"], "--out: '/' is a directory, not a regular file"),
     (["codegen", "gpt2-small", "-o", "/no/such/dir/model.py"], "--output: cannot write"),
     (["verify", "nano-sort", "--seed", "99999999999999999999999"], "seed: expected an integer"),
     (["smoke-train", "nano-sort", "--seed", "-1"], "seed: expected an integer"),

@@ -29,12 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorcad.errors import TensorcadError
+from tensorcad.errors import TensorcadError, one_line, shown
 
 from .digest import CoverageCount, due_of, first_named, merge_counted
 from .histogram import Lengths
 from .reading import BATCH, Counting, Tally, checked_lengths, count_file, lengths_of_counts, records
-from .shards import Counted, shards_of
+from . import scheduler as scheduler_module
+from .scheduler import probe
+from .shards import MAX_WORKERS, Counted, shards_of
 
 FAN_IN = 8  # histograms a merge task adds at once
 WHERE = "dataset"
@@ -158,13 +160,17 @@ def cluster(scheduler: str | None = None, workers: int = 2) -> Iterator:
     except ModuleNotFoundError:
         raise TensorcadError("--engine", "dask needs dask and distributed: pip install 'tensorcad[dask]'") from None
     if scheduler:
+        address = probe(scheduler)  # parsed, and greeted us, before distributed reads a byte of it
         try:
-            client = Client(scheduler, timeout=30)
+            client = Client(address, timeout=scheduler_module.PROBE_SECONDS)
         except (OSError, ValueError, TimeoutError) as e:
-            raise TensorcadError("--scheduler", f"cannot reach {scheduler}: {e}") from None
+            raise TensorcadError("--scheduler", one_line(f"cannot reach {shown(scheduler)}: {e}")) from None
         with client:
             yield client
         return
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= MAX_WORKERS:
+        # 0 or -1 workers: a cluster with no worker waits for one forever.
+        raise TensorcadError("--workers", f"must be a whole number in 1..{MAX_WORKERS}, got {shown(workers)}")
     # Workers in processes of one thread each (counting holds the GIL), no dashboard, nothing off this machine,
     # and no log lines: a task's error comes back to the caller as itself.
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
