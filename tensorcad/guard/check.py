@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from tensorcad.errors import TensorcadError, one_line
+
 from .audit import Finding, audit_batch, documents_of
 from .path import LayerPath, paths_of, summarize
 from .recording import AttentionCall, recording
@@ -25,6 +27,7 @@ from .verdicts import verdicts
 # own. Gradients and accumulation cost a backward each per document; ask for them by name.
 CERTIFICATES = ("step[labels]", "step[loss]")
 # Keywords a loop adds to the forward that are no part of the batch the certificates read.
+MAX_GUARD_LINE = 300  # characters of GuardError's line and of the warning; the rest is in .report
 NOT_BATCH = ("use_cache", "past_key_values", "cache", "fused_lm_head", "num_items_in_batch", "return_dict",
              "output_attentions", "output_hidden_states")
 
@@ -34,7 +37,7 @@ class GuardError(RuntimeError):
 
     def __init__(self, report: GuardReport, where: str = ""):
         self.report = report
-        super().__init__((f"{where}: " if where else "") + report.message())
+        super().__init__(report.line(where))
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,14 @@ class GuardReport:
     def cause(self) -> str | None:
         """The first failing line: the one a stopped run prints."""
         return self.failures[0] if self.failures else None
+
+    def line(self, where: str = "") -> str:
+        """The one line a stopped run prints: the first failure, how many more ``.report`` holds, cut to
+        ``MAX_GUARD_LINE`` (a GuardError was 2 to 5 lines, 500 to 1,500 characters, where one was promised)."""
+        head = (f"{where}: " if where else "") + (self.failures[0].splitlines()[0] if self.failures else self.message())
+        more = f" (and {len(self.failures) - 1} more in .report)" if len(self.failures) > 1 else ""
+        room = MAX_GUARD_LINE - len(more)
+        return one_line(head if len(head) <= room else head[:room - 3] + "...") + more
 
     def message(self) -> str:
         if self.failures:
@@ -120,6 +131,20 @@ def data_findings(batch: Mapping[str, Any], lengths: Any, eos_id: int | None = N
     return [Finding(f"data[boundaries] {f.form}", f.message.split(": ", 1)[1]) for f in result.findings]
 
 
+def checked_ids(batch: Any) -> None:
+    """The batch a guard can read: a mapping whose ``input_ids`` are a 2-D integer tensor with a token in each of
+    at least one row (an empty row raised IndexError from the audit; no ids, transformers' ValueError)."""
+    if not isinstance(batch, Mapping):
+        raise TensorcadError("batch", f"expected a dict of tensors, got {type(batch).__name__}")
+    ids = batch.get("input_ids")
+    if not isinstance(ids, torch.Tensor):
+        raise TensorcadError("batch.input_ids", "the guard reads a batch by its input_ids: expected a tensor, got "
+                                                f"{type(ids).__name__}")
+    if ids.dim() != 2 or ids.shape[0] == 0 or ids.shape[1] == 0 or ids.is_floating_point() or ids.is_complex():
+        raise TensorcadError("batch.input_ids", f"expected integer ids of shape (rows, tokens), at least one of "
+                                                f"each; got {ids.dtype} of shape {tuple(ids.shape)}")
+
+
 def check_batch(model: Any, batch: Mapping[str, Any], *, calls: list[AttentionCall] | None = None,
                 certify_on: Any = None, certificates: Iterable[str] = CERTIFICATES,
                 on: str = "the replica", lengths: Any = None, eos_id: int | None = None) -> GuardReport:
@@ -134,6 +159,7 @@ def check_batch(model: Any, batch: Mapping[str, Any], *, calls: list[AttentionCa
     """
     from tensorcad.runtime.certification import certify_step
 
+    checked_ids(batch)
     findings = audit_batch(model, batch)
     if lengths is not None:
         findings += data_findings(batch, lengths, eos_id)

@@ -172,7 +172,7 @@ class Guard:
             if self.on_failure == "raise":
                 raise GuardError(report, where)
             if self.on_failure == "warn":
-                warnings.warn(f"{where}: {report.message()}", stacklevel=2)
+                warnings.warn(report.line(where), stacklevel=2)
             else:
                 self.stop_requested = True
         return report

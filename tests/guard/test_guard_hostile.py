@@ -58,3 +58,37 @@ def test_a_malformed_batch_warns_or_stops_as_the_run_asked(on_failure):
         with strict.recording_step(model) as recorded:
             model(**batch)
         strict.check(model, 0, recorded.batch, recorded.calls)
+
+
+@pytest.mark.parametrize("batch, message", [
+    ({"input_ids": torch.zeros(1, 0, dtype=torch.long)}, "of shape (1, 0)"),  # was IndexError in the audit
+    ({"input_ids": torch.zeros(0, 5, dtype=torch.long)}, "of shape (0, 5)"),  # was torch's reshape RuntimeError
+    ({"input_ids": torch.zeros(2, 5)}, "torch.float32"),
+    ({}, "expected a tensor, got NoneType"),  # was transformers' ValueError
+])
+def test_check_batch_on_an_empty_or_idless_batch_is_one_line(batch, message):
+    from tensorcad.guard import check_batch
+
+    with pytest.raises(TensorcadError) as refused:
+        check_batch(tiny_model("llama", "sdpa"), batch)
+    assert refused.value.path.startswith("batch") and message in str(refused.value)
+
+
+def test_a_guard_error_is_one_line_of_at_most_300_characters_and_the_report_keeps_the_rest():
+    """Before: a GuardError was 2 to 5 lines and 500 to 1,500 characters (every failing line joined), where
+    docs/guard.md promises the cause in one line."""
+    from tensorcad.guard import GuardError
+
+    model = tiny_model("llama", "sdpa")
+    ids, _, positions, batch = collated()
+    # Three faults at once: the cache on, an all-ones 2-D mask, and labels that cross every boundary.
+    bad = dict(batch, attention_mask=torch.ones_like(ids), labels=ids.clone(), use_cache=True)
+    guard = Guard(certify_on="replica")
+    with pytest.raises(GuardError) as stopped:
+        with guard.recording_step(model) as recorded:
+            model(**bad)
+        guard.check(model, 0, recorded.batch, recorded.calls)
+    text, failures = str(stopped.value), stopped.value.report.failures
+    assert len(failures) >= 2 and len("\n".join(failures)) > 300
+    assert "\n" not in text and len(text) <= 300
+    assert text.startswith("tensorcad guard, step 0: ") and text.endswith(f"(and {len(failures) - 1} more in .report)")
