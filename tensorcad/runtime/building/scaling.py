@@ -25,6 +25,7 @@ MIN_WINDOW = 16
 MAX_PARAMS = 1_000_000_000
 MAX_STATE = 16  # a mixer's state width and heads: a few, so a scan stays quick on a CPU
 MAX_CHUNK = 32  # a scan's chunk: rows of a few hundred tokens then cross several, and its L x L work stays small
+MAX_HEAD_DIM = 4096  # the catalog's ceiling for every head_dim (attention, rope, mixers)
 DEPTHS = (4, 2, 6, 8, 3, 1)  # tried in this order; ties go to the earlier
 
 
@@ -80,7 +81,7 @@ class _Plan:
             new_head_dim = self.w(dim_in) // new_heads if dim_in else self.w(head_dim)
         else:
             new_head_dim = self.w(head_dim)
-        new_head_dim = max(2, new_head_dim - new_head_dim % 2)
+        new_head_dim = max(2, min(MAX_HEAD_DIM, new_head_dim) - new_head_dim % 2)
         rope = p["rope"] if isinstance(p.get("rope"), dict) else {}
         if rope.get("rotary_dim") is not None:  # partial rotary: the same share of a head turns, an even number
             share = rope["rotary_dim"] / (head_dim or dim_in // heads)
@@ -101,7 +102,9 @@ class _Plan:
             heads, groups = p["heads"], p.get("groups", 1)
             new_heads = max(groups, min(heads, MAX_STATE) // groups * groups) if groups <= MAX_STATE else heads
             new_groups = math.gcd(new_heads, groups)
-            p["head_dim"] = max(2, self.w(heads * p.get("head_dim", 64)) // new_heads)
+            # Fewer heads carry the inner width, but never past the catalog's ceiling: 4,096 heads of 2,048 on
+            # 16 heads asked 262,144, refused in the user's name for a value they never wrote (issue 47).
+            p["head_dim"] = min(MAX_HEAD_DIM, max(2, self.w(heads * p.get("head_dim", 64)) // new_heads))
             p["heads"], p["groups"] = new_heads, new_groups
             p["state"] = min(p.get("state", 128), MAX_STATE)
             p["chunk"] = min(p.get("chunk", 256), MAX_CHUNK)

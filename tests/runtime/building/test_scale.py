@@ -87,3 +87,27 @@ def test_a_partial_rotary_keeps_its_share_of_each_head():
     small = scale(tensorcad.design.resolve(raw), 300_000)
     rope = next(n.params for n, _ in small.walk() if n.kind == "rope")
     assert rope["head_dim"] < 128 and rope["rotary_dim"] * 4 == rope["head_dim"]
+
+
+def _wide(mixer: dict | None = None, attention: dict | None = None, dim: int = 4096) -> dict:
+    raw = tensorcad.load("mamba2-hybrid-documents").to_dict()
+    blocks = raw["nodes"][1]["params"]["blocks"]
+    raw["nodes"][0]["params"]["dim"] = blocks["mamba"]["params"]["dim"] = blocks["attention"]["params"]["dim"] = dim
+    if mixer is not None:
+        blocks["mamba"]["params"]["mixer"]["params"] = mixer
+    if attention is not None:
+        blocks["attention"]["params"]["attention"] = attention
+    return raw
+
+
+@pytest.mark.parametrize("raw", [
+    _wide(mixer={"heads": 4096, "head_dim": 2048, "state": 128, "groups": 1}),
+    _wide(attention={"heads": 4096, "kv_heads": 4096, "causal": True, "mask": "doc(b, q) == doc(b, kv)"}, dim=2 ** 20),
+], ids=["ssm-4096-heads-of-2048", "attention-4096-heads-of-a-2^20-stream"])
+def test_a_design_that_validates_scales_without_a_value_the_user_never_wrote(raw):
+    """Before: 4,096 Mamba-2 heads of 2,048 on 16 heads asked head_dim 262,144 ("nodes[1]...head_dim: 262144 is above
+    the maximum 4096"), refused by codegen --scale, certify and MCP certify; the design validates and analyzes."""
+    design = tensorcad.load(raw)
+    small = scale(design, 2_000_000)
+    widths = [n.params.get("head_dim") for n, _ in small.walk() if n.params.get("head_dim") is not None]
+    assert widths and max(widths) <= 4096 and count_params(small).total < count_params(design).total
