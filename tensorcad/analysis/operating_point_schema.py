@@ -24,6 +24,7 @@ import typing
 from typing import Any
 
 from tensorcad.packing.corpus.histogram import QUANTILES, Lengths
+from tensorcad.packing.corpus.lengths import MAX_LENGTH
 
 from ..errors import TensorcadError, join
 from ..json_schema import check
@@ -132,6 +133,11 @@ def _input_schema() -> dict:
 
 def histogram_lengths(table: dict, path: str) -> Lengths:
     """The Lengths of a histogram object of the input schema (keys already checked as whole lengths)."""
+    longest = len(str(MAX_LENGTH))
+    for key in table:  # a length past the limit is refused by its digits, before int() meets 5,000 of them
+        if len(key) > longest:
+            raise TensorcadError(f"{path}.{key[:20]}...", f"a length of {len(key):,} digits; lengths are at most "
+                                                          f"{MAX_LENGTH:,}")
     ordered = sorted((int(k), v) for k, v in table.items())
     return Lengths(tuple(k for k, _ in ordered), tuple(v for _, v in ordered), path)
 

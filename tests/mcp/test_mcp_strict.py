@@ -140,3 +140,17 @@ def test_an_internal_failure_carries_the_engine_s_message(monkeypatch):
     monkeypatch.setattr(tensorcad.design, "show", broken)
     text = error_line(call("show", {"design": "nano-sort"}, server=build_server()))
     assert "internal error (RuntimeError): the printer lost its place" in text
+
+
+def test_a_histogram_key_of_5000_digits_is_one_line_naming_it():
+    """Before: MCP 'internal error (ValueError)' (int() of 5,000 digits) and an editor 500: issue 47's round-three
+    leftover. The editor reads its operating point through the same operating_point_of."""
+    from tensorcad.analysis.operating_point_schema import operating_point_of
+    from tensorcad.errors import TensorcadError
+
+    key = "1" * 5000
+    text = error_line(call("analyze", {"design": "nano-sort", "op": {"packing": {"lengths": {key: 3}}}}))
+    assert "op.packing.lengths.11111111111111111111...: a length of 5,000 digits" in text and len(text) < 300
+    with pytest.raises(TensorcadError) as refused:
+        operating_point_of({"packing": {"lengths": {key: 3}}})
+    assert refused.value.path.startswith("op.packing.lengths.")
