@@ -29,7 +29,11 @@ from .names import RESERVED, Namer, comment_text, title_text
 class _Generator(ModelWriter, MixerWriter):
     def __init__(self, design: Design):
         self.design = design
-        self.names = Namer(RESERVED)
+        # A port is a parameter of the generated forwards: a module-level function of its name would be shadowed
+        # there (a port 'causal_same_document_mask' met the mask factory of that name, and the forward raised
+        # TypeError), so ports and inputs claim their names before any function is named.
+        ports = {port for node, _ in design.walk() for port in (*(w.port for w in node.wires), *node.sources)}
+        self.names = Namer(RESERVED | ports | {i.name for i in design.inputs})
         for node in design.nodes:  # top-level ids claim their names first
             self.names(node.id)
         self.ports = Namer(RESERVED)

@@ -44,3 +44,22 @@ def test_namer_is_unique_and_deterministic():
     assert len(set(names)) == len(names)
     assert names[:3] == ["a_b", "a_b_2", "a_b_3"] and "ids" not in names
     assert first("a-b") == "a_b"  # the same key, the same name
+
+
+def test_a_port_named_like_a_generated_function_keeps_the_function_reachable():
+    """Before: a port named 'causal_same_document_mask' passed validate and codegen, then the generated forward raised
+    TypeError: the parameter of that name shadowed the mask factory of the same name (issue 47, round three)."""
+    import torch
+
+    import tensorcad
+    from tensorcad.runtime.building.generated import build
+
+    port = "causal_same_document_mask"
+    raw = tensorcad.load("nano-sort").to_dict()
+    raw["nodes"][1]["in"] = {"x": "embed", port: "documents"}
+    raw["nodes"][1]["params"]["block"]["params"]["attention"]["mask"] = f"{port}(b, q) == {port}(b, kv)"
+    model = build(tensorcad.load(raw), form="eager")
+    ids, documents = torch.randint(0, 16, (1, 12)), torch.tensor([[0] * 5 + [1] * 7])
+    packed = model(ids, documents=documents)
+    alone = model(ids[:, 5:], documents=torch.zeros(1, 7, dtype=torch.long))
+    assert torch.allclose(packed[:, 5:], alone, atol=1e-5)  # it runs, and keeps the documents apart
