@@ -49,11 +49,12 @@ def copy_hf_weights(model, state_dict, layer_types):
     misshapen is one error naming every such key, and so is anything but a mapping of
     names to floating-point tensors."""
     if not isinstance(state_dict, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point()
+        isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0
         for k, v in state_dict.items()
-    ):
+    ):  # a 0-d tensor has no rows to compare: it met an IndexError below
         raise ValueError(
-            f"not {HF_CLASS}'s weights: expected a dict of names to floating-point tensors"
+            f"not {HF_CLASS}'s weights: expected a dict of names to floating-point "
+            "tensors of at least one dimension"
         )
     params = dict(model.named_parameters())
     rows = _hf_rows(layer_types)
@@ -223,6 +224,10 @@ def read_checkpoint(directory):
     pytorch_model.bin; whatever is wrong with the files is one ValueError."""
     import os
 
+    if not isinstance(directory, (str, os.PathLike)):  # None or 5 met os.path.join's TypeError
+        raise ValueError(
+            f"directory: expected a local model directory, got {type(directory).__name__}"
+        )
     single = os.path.join(directory, "model.safetensors")
     index = os.path.join(directory, "model.safetensors.index.json")
     legacy = os.path.join(directory, "pytorch_model.bin")

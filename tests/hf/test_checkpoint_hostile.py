@@ -114,8 +114,24 @@ def test_a_pytorch_model_bin_that_is_not_one_is_a_value_error(model, tmp_path):
 
 
 @pytest.mark.parametrize("state", [None, [1, 2], {1: torch.zeros(1)}, {"lm_head.weight": "x"},
-                                   {"lm_head.weight": torch.zeros(2, dtype=torch.int64)}],
-                         ids=["none", "list", "int-key", "text-value", "int-tensor"])
+                                   {"lm_head.weight": torch.zeros(2, dtype=torch.int64)},
+                                   {"lm_head.weight": torch.tensor(1.0)}],
+                         ids=["none", "list", "int-key", "text-value", "int-tensor", "0-d"])
 def test_load_hf_state_dict_refuses_what_is_not_a_state_dict_as_value_error(model, state):
     with pytest.raises(ValueError, match="expected a dict of names to floating-point tensors"):
+        model.load_hf_state_dict(state)
+
+
+@pytest.mark.parametrize("directory", [None, 5, 1.5])
+def test_from_pretrained_of_no_path_is_a_value_error(model, directory):
+    """Before: from_pretrained(None) and (5) raised os.path.join's TypeError (issue 47, round three)."""
+    with pytest.raises(ValueError, match=f"directory: expected a local model directory, got {type(directory).__name__}"):
+        type(model).from_pretrained(directory)
+
+
+def test_a_0d_tensor_among_full_weights_is_a_value_error(model):
+    """Before: a 0-d tensor under a weight's name reached tensor.shape[0]: IndexError (issue 47, round three)."""
+    state = {name: tensor.clone() for name, tensor in model.hf_state_dict().items()}
+    state[next(iter(state))] = torch.tensor(0.5)
+    with pytest.raises(ValueError, match="floating-point tensors of at least one dimension"):
         model.load_hf_state_dict(state)
