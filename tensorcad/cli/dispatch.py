@@ -7,6 +7,7 @@ that fails exits 1. Every command takes --help; figures take --json.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Callable, Sequence
 
@@ -30,6 +31,9 @@ from .operating_point import add_operating_point
 from .options import add_model_options
 from .options import EXIT_BAD_INPUT, add_certify_options, add_import_options, escaped, filename, integer
 from .views import add_view_commands
+
+WORD_SHOWN = 80  # characters of one typed word argparse quotes back
+LONG_WORD = re.compile(r"[^\s',]{%d,}" % (WORD_SHOWN + 1))
 from .data_command import add_certify_data
 
 
@@ -39,6 +43,8 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         # main() prints "tensorcad: " once; the subcommand's name is enough after it.
         command = self.prog.removeprefix("tensorcad").strip()
+        # argparse quotes what was typed whole (a 2,000-character choice was echoed in full): each word is cut.
+        message = LONG_WORD.sub(lambda m: m.group()[:WORD_SHOWN] + "...", message)
         raise TensorcadError("", f"{command + ': ' if command else ''}{message} (see --help)")
 
 

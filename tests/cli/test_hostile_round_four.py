@@ -142,3 +142,14 @@ def test_a_local_cluster_of_no_workers_is_refused(capsys, tmp_path, workers):
     corpus.write_text("a\n")
     err = refused(capsys, "lengths", corpus, "--engine", "dask", "--workers", workers, "-o", "", "--no-plot")
     assert f"--workers: must be a whole number in 1..256, got {workers}" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["analyze", "nano-sort", "--hardware"], ["analyze", "nano-sort", "--pack-strategy"], ["codegen", "nano-sort", "--form"],
+    ["certify", "nano-sort", "--call"],
+])
+def test_a_2000_character_option_value_is_cut_in_argparse_s_line(capsys, argv):
+    """Before: argparse's 'invalid choice' and 'unrecognized arguments' lines echoed a 2,000-character value whole
+    (2,011 characters; issue 47, round three)."""
+    err = refused(capsys, *argv, "z" * 2000)
+    assert "z" * 80 + "..." in err and "z" * 81 not in err
