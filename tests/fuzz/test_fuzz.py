@@ -15,14 +15,21 @@ from hypothesis import HealthCheck, given, seed, settings
 
 import hostile
 import hostile_files
+import hostile_four
 
 # 2,020 cases in about 40 s on one core: the CLI's parser built once (worker.py) and one MCP session for the run
 # made a CLI or file case about 15 ms instead of 35, so the cheap surfaces draw more for the same time.
-DEFAULT = {"design": 350, "expression": 320, "cli": 700, "mcp": 160, "http": 250, "file": 240}
-SLOW = {"design": 1100, "expression": 1600, "cli": 1300, "mcp": 800, "http": 1000, "file": 1000}
+DEFAULT = {"design": 350, "expression": 320, "cli": 700, "mcp": 160, "http": 250, "file": 240,
+           # round four (#47): 2,100 cases of the surfaces added since, most of them cheap
+           "scheduler": 600, "launcher": 500, "guard": 400, "hybrid": 250, "mixer": 150, "step": 200}
+SLOW = {"design": 1100, "expression": 1600, "cli": 1300, "mcp": 800, "http": 1000, "file": 1000,
+        "scheduler": 2000, "launcher": 1500, "guard": 1500, "hybrid": 1000, "mixer": 600, "step": 800}
 SCALE = float(os.environ.get("TENSORCAD_FUZZ_SCALE", "1"))  # for a quick look while working; CI uses 1
 SURFACES = {"design": hostile.design_files(), "expression": hostile.expressions, "cli": hostile.argvs(),
-            "mcp": hostile.mcp_calls(), "http": hostile.http_requests(), "file": hostile_files.files}
+            "mcp": hostile.mcp_calls(), "http": hostile.http_requests(), "file": hostile_files.files,
+            "scheduler": hostile_four.scheduler_addresses(), "launcher": hostile_four.launcher_argvs(),
+            "guard": hostile_four.guard_settings(), "hybrid": hostile_four.hybrid_configs(),
+            "mixer": hostile_four.mixer_designs(), "step": hostile_four.step_batches()}
 
 
 def _case(surface: str, drawn) -> dict:
@@ -33,7 +40,7 @@ def _case(surface: str, drawn) -> dict:
         return {"surface": surface, "field": field, "text": drawn}
     if surface == "cli":
         return {"surface": surface, "argv": drawn}
-    if surface in ("mcp", "file"):
+    if surface in ("mcp", "file", "scheduler", "launcher", "guard", "hybrid", "mixer", "step"):
         return {"surface": surface, **drawn}
     return {"surface": surface, "request": drawn}
 

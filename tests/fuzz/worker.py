@@ -419,6 +419,9 @@ def main() -> None:
     worker = Worker()
     surfaces = {"cli": worker.cli, "design": worker.design, "expression": worker.expression,
                 "mcp": worker.mcp, "http": worker.http_request, "file": worker.file}
+    from worker_four import SURFACES  # round four's surfaces (#47), beside this file
+
+    surfaces.update(SURFACES)
     verdicts.write(json.dumps({"ready": os.getpid()}) + "\n")
     verdicts.flush()
     for line in sys.stdin:
