@@ -19,6 +19,7 @@ import torch
 from tensorcad.errors import TensorcadError, one_line
 
 from .audit import Finding, audit_batch, documents_of
+from .kernel import kernel_findings
 from .path import LayerPath, paths_of, summarize
 from .recording import AttentionCall, recording
 from .verdicts import verdicts
@@ -162,9 +163,12 @@ def check_batch(model: Any, batch: Mapping[str, Any], *, calls: list[AttentionCa
     checked_ids(batch)
     findings = audit_batch(model, batch)
     if lengths is not None:
+        lengths = lengths(batch) if callable(lengths) else lengths
         findings += data_findings(batch, lengths, eos_id)
     if calls is None:
         calls = record_forward(model, batch)
+    if lengths is not None:  # and what each attention call received, held to the same lengths
+        findings += kernel_findings(calls, lengths)
     paths = paths_of(calls, documents_of(batch))
     results: dict[str, Any] = {}
     if certify_on is not None and tuple(certificates):

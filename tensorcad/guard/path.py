@@ -54,7 +54,7 @@ class LayerPath:
                 "longest": self.longest, "windowLost": self.window_lost}
 
 
-def _window(call: AttentionCall) -> int | None:
+def window_of(call: AttentionCall) -> int | None:
     for value in (call.keywords.get("sliding_window"), getattr(call.module, "sliding_window", None)):
         if isinstance(value, int) and value > 0:
             return value
@@ -127,7 +127,7 @@ def _reach(kept: torch.Tensor, same: torch.Tensor) -> int | None:
 def layer_path(call: AttentionCall, documents: torch.Tensor | None) -> LayerPath:
     """``call``'s path, held to ``documents`` (rows, tokens): each token's document in the batch."""
     mask, kept = kept_pairs(call)
-    window = _window(call)
+    window = window_of(call)
     apart = reach = None
     longest = 0
     if kept is not None and documents is not None:
