@@ -70,6 +70,20 @@ def vocab_of_model(model_fn: Any) -> int | None:
                 value = getattr(source, name, None)
                 if isinstance(value, int) and not isinstance(value, bool) and value > 1:
                     return value
+    return _embedding_rows(model_fn)
+
+
+def _embedding_rows(model_fn: Any) -> int | None:
+    """A hand-written model's vocabulary: the rows of its first token embedding (``nn.Embedding``), the table
+    its ids index; a collected model needed an undocumented ``.vocab`` where it had one (issue 42)."""
+    modules = getattr(model_fn, "modules", None)
+    if not callable(modules):
+        return None
+    import torch
+
+    for module in modules():
+        if isinstance(module, torch.nn.Embedding) and module.num_embeddings > 1:
+            return int(module.num_embeddings)
     return None
 
 
@@ -149,8 +163,8 @@ class ModelSubject:
         if vocab is None and self.given_batch is not None:
             vocab = max(2, int(self.given_batch[0].max()) + 1)
         if vocab is None:
-            raise TensorcadError(self.name, "the model names no vocabulary (config.vocab_size or .vocab): "
-                                            "give it one, or the batch (tensorcad_batch)")
+            raise TensorcadError(self.name, "the model names no vocabulary (config.vocab_size, .vocab or an "
+                                            "nn.Embedding): give it one, or the batch (tensorcad_batch)")
         return vocab
 
     @functools.cached_property

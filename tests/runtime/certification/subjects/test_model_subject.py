@@ -44,6 +44,21 @@ def test_the_vocabulary_is_the_models():
         ModelSubject(lambda i, d, p: i, Settings()).vocab
 
 
+def test_a_hand_written_model_without_vocab_gives_its_embeddings_rows():
+    """Before: a collected hand-written model needed an undocumented ``.vocab`` (issue 42's friction)."""
+    import torch
+
+    class Hand(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens, self.places = torch.nn.Embedding(91, 8), torch.nn.Embedding(64, 8)
+
+        def forward(self, ids, documents, positions=None):
+            return self.tokens(ids)
+
+    assert vocab_of_model(Hand()) == ModelSubject(Hand(), Settings()).vocab == 91
+
+
 def test_the_drawn_batch_is_the_engines_packing():
     from tensorcad.packing import draw
 
