@@ -171,6 +171,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from tensorcad.views import answers
 
     design = design_option(args, args.design)
+    if getattr(args, "pack_strategy", None) == "all":
+        return _analyze_strategies(args, design)
     op = operating_point(args, design)
     if args.json or args.out is not None:
         report = answers.analysis(design, op)  # what the MCP analyze tool returns
@@ -184,6 +186,21 @@ def cmd_analyze(args: argparse.Namespace) -> int:
         _emit(report, args)
     else:
         _console().print(render(report))
+    return 0
+
+
+def _analyze_strategies(args: argparse.Namespace, design) -> int:
+    """``analyze --pack-strategy all``: one row a strategy (``views/strategies.py``)."""
+    from tensorcad.views import strategies
+
+    if args.pack is None and getattr(args, "pack_lengths", None) is None:
+        raise TensorcadError("--pack-strategy", "all compares how packed rows are filled: give --pack or --pack-lengths")
+    args.pack_strategy = "stream"  # the point itself; compare() swaps each strategy in
+    rows = strategies.compare(design, operating_point(args, design))
+    if args.json or args.out is not None:
+        _emit({"strategies": rows}, args)
+    else:
+        _console().print(strategies.render(rows))
     return 0
 
 

@@ -35,11 +35,12 @@ def add_operating_point(p: argparse.ArgumentParser) -> None:
                    help="train on packed rows of documents whose lengths a file holds: a histogram "
                         "(.json length -> count, .csv length,count) or a list (text, .npy, .parquet)")
     g.add_argument("--pack-lengths-column", metavar="NAME", help="the Parquet column of lengths (default length)")
-    g.add_argument("--pack-strategy", choices=STRATEGIES, metavar="S",
+    g.add_argument("--pack-strategy", choices=STRATEGIES + ("all",), metavar="S",
                    help="how rows are filled: stream (cut wherever they fall, the default), bfd, ffd "
                         "(best/first-fit decreasing), split (Ding et al.: split only what exceeds a row), "
                         "pad (one document a row); or as the libraries pack: trl-bfd, trl-bfd-split, "
-                        "trl-wrapped (TRL's pack_dataset), torchtune, torchtune-split (PackedDataset)")
+                        "trl-wrapped (TRL's pack_dataset), torchtune, torchtune-split (PackedDataset); all (analyze): one "
+                        "row a strategy")
     g.add_argument("--count", choices=COUNTS, default="kept",
                    help="count training attention from the scores the mask keeps (kept, the default) or "
                         "from the whole blocks a kernel computes (blocks); see docs/packing.md")
