@@ -48,10 +48,14 @@ def copy_hf_weights(model, state_dict, layer_types):
     """Copy transformers' tensors into model; any key missing, unexpected or
     misshapen is one error naming every such key, and so is anything but a mapping of
     names to floating-point tensors."""
+    # a 0-d tensor has no rows to compare: it met an IndexError below
     if not isinstance(state_dict, dict) or not all(
-        isinstance(k, str) and isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0
+        isinstance(k, str)
+        and isinstance(v, torch.Tensor)
+        and v.is_floating_point()
+        and v.dim() > 0
         for k, v in state_dict.items()
-    ):  # a 0-d tensor has no rows to compare: it met an IndexError below
+    ):
         raise ValueError(
             f"not {HF_CLASS}'s weights: expected a dict of names to floating-point "
             "tensors of at least one dimension"
@@ -224,7 +228,8 @@ def read_checkpoint(directory):
     pytorch_model.bin; whatever is wrong with the files is one ValueError."""
     import os
 
-    if not isinstance(directory, (str, os.PathLike)):  # None or 5 met os.path.join's TypeError
+    # None or 5 met os.path.join's TypeError
+    if not isinstance(directory, (str, os.PathLike)):
         raise ValueError(
             f"directory: expected a local model directory, got {type(directory).__name__}"
         )
