@@ -53,7 +53,7 @@ def test_a_module_that_forgets_the_mask_is_caught(batch):
         assert_isolated(TinyAttention(use_documents=False), *batch, vocab=VOCAB)
     message = str(caught.value)
     found = re.search(r"changing document (\d+) of row (\d+) moved document (\d+) of (the same row|row \d+) "
-                      r"by up to ([0-9.e+-]+), first at position (\d+)", message)
+                      r"by up to ([0-9.e+-]+), first at token (\d+) of the row", message)
     assert found, message
     changed, row, moved, largest, first = (int(found.group(1)), int(found.group(2)), int(found.group(3)),
                                            float(found.group(5)), int(found.group(6)))

@@ -21,7 +21,7 @@ def test_leaking_mask_fails_isolation_in_both_forms(project, design_texts):
     leaks = [line for line in failures if line.startswith("changing document")]
     assert len(leaks) == 2
     pattern = (r"changing document (\d+) of row (\d+) moved document (\d+) of (the same row|row \d+) "
-               r"by up to [0-9.e+-]+, first at position (\d+)")
+               r"by up to [0-9.e+-]+, first at token (\d+) of the row")
     for line in leaks:
         found = re.search(pattern, line)
         assert found, line

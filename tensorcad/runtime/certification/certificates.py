@@ -44,6 +44,10 @@ def _verdict(name: str, result: Any, headline: str, s: Any = None, certificate: 
 
             hints = failure_hints(_model(s), *s.batch, certificate, vocab=s.vocab, sample=s.settings.sample,
                                   seed=s.settings.seed, **known)
+            if certificate in ("isolation", "gradients"):
+                from .design.crossing import cause_lines
+
+                hints += cause_lines(s)  # a design's masks say why its tokens leak
             message += "".join(f"\n{hint}" for hint in hints)
         return failed(name, message, result.to_json())
     return passed(name, result.message(), result.to_json())

@@ -84,7 +84,10 @@ def _isolation(s: Subject, form: str) -> Check:
     finally:
         model.form = "flex"
     if not result.passed:
-        return failed(name, f"documents are not isolated\n{result.message()}", result.to_json())
+        from .design.crossing import cause_lines
+
+        message = "\n".join(["documents are not isolated", result.message(), *cause_lines(s)])
+        return failed(name, message, result.to_json())
     return passed(name, result.message(), result.to_json())
 
 

@@ -48,7 +48,7 @@ class GradientLeak:
         where = "the same row" if self.leaked_row == self.row else f"row {self.leaked_row}"
         return (f"the loss on document {self.document} of row {self.row} has gradient up to "
                 f"{self.largest:.3g} on the embeddings of document {self.leaked_document} of {where}, "
-                f"first at position {self.first_position}")
+                f"first at token {self.first_position} of the row")
 
     def to_json(self) -> dict:
         return {"row": self.row, "document": self.document, "leakedRow": self.leaked_row,

@@ -46,7 +46,7 @@ class Leak:
         where = "the same row" if self.moved_row == self.row else f"row {self.moved_row}"
         return (f"changing document {self.document} of row {self.row} moved document "
                 f"{self.moved_document} of {where} by up to {self.largest:.3g}, first at "
-                f"position {self.first_position}")
+                f"token {self.first_position} of the row")
 
     def to_json(self) -> dict:
         return {"row": self.row, "document": self.document, "movedRow": self.moved_row,

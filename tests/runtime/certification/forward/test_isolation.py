@@ -212,10 +212,10 @@ from tensorcad.runtime.certification.forward.isolation import IsolationResult, L
 def test_a_leak_says_what_moved_where():
     same = Leak(row=0, document=1, moved_row=0, moved_document=2, largest=0.25, first_position=7)
     assert same.message() == ("changing document 1 of row 0 moved document 2 of the same row "
-                              "by up to 0.25, first at position 7")
+                              "by up to 0.25, first at token 7 of the row")
     other = Leak(row=0, document=1, moved_row=3, moved_document=0, largest=1.5e-7, first_position=0)
     assert other.message() == ("changing document 1 of row 0 moved document 0 of row 3 "
-                               "by up to 1.5e-07, first at position 0")
+                               "by up to 1.5e-07, first at token 0 of the row")
     assert other.to_json() == {"row": 0, "document": 1, "movedRow": 3, "movedDocument": 0,
                                "largest": 1.5e-7, "firstPosition": 0}
 
