@@ -185,6 +185,11 @@ def test_the_marker_names_a_model(project):
         result.stdout.fnmatch_lines([f"*test_certified[[]{check.replace('[', '[[]')}[]] PASSED*"])
     result = project.runpytest("-p", "no:cacheprovider", "-m", "isolation", "--collect-only", "-q")
     assert sum("test_certified[" in line for line in result.stdout.lines) == 3
+    # an id printed with a bracket inside the parameter's brackets is passed back as it was printed
+    node = "test_mine.py::test_certified[isolation[boundaries]]"
+    assert node in {line.strip() for line in result.stdout.lines}
+    result = project.runpytest("-p", "no:cacheprovider", "-v", node)
+    result.assert_outcomes(passed=1)
 
 
 def test_the_users_collator_packs_the_batch(project):
@@ -207,3 +212,15 @@ def test_a_packer_that_writes_no_minus_100_fails_the_steps_items_naming_the_firs
     result.stdout.fnmatch_lines([f"*step[[]labels[]]: labels cross documents*",
                                  f"*row 0: the label at position {first} (*, the first of document 1) is predicted "
                                  f"from position {first - 1}, the last of document 0: the collator must write -100*"])
+
+
+def test_each_id_pytest_prints_runs_that_item_alone(project):
+    # issue 42's friction: the id `pytest -v` printed for a collected model could not be passed back
+    project.makefile(".ini", pytest=INI.replace("        my_models:segfaults\n", "").replace("my_models:llama\n", ""))
+    collected = project.runpytest(*OPTIONS, "--collect-only", "-q")
+    ids = [line.strip() for line in collected.stdout.lines if line.startswith("pytest.ini::")]
+    assert ids == [f"pytest.ini::my_models:masked::{check}" for check in CHECKS]
+    for node in (ids[1], ids[5], ids[-1]):  # isolation[boundaries], step[loss], eval[parity]: brackets in each
+        result = project.runpytest(*OPTIONS, "--no-tensorcad-subprocess", "-v", node)
+        result.assert_outcomes(passed=1)
+        result.stdout.fnmatch_lines([f"{node.replace('[', '[[]')} PASSED*"])
