@@ -194,6 +194,7 @@ def test_the_chart_s_points_are_analyze_json_at_each_document_length(page):
         assert drawn["blockRatio"][mean] == packed["blockRatio"]
     # The seed's table: fixed lengths cost the kernel 1.37x at 1,024 tokens; exponential ones less.
     assert 1.1 < drawn["blockRatio"][1024] < 1.37
+    assert "off the curve" not in page.inner_text("#chart-note")  # gamma lengths: the ring is on the curve
     _shot(page, "editor-chart.png", "#chart-box")
 
 
@@ -238,6 +239,9 @@ def test_a_lengths_file_packs_as_pack_lengths_does(page, tmp_path):
     assert float(page.get_attribute("td.value[data-field='flops.packed.trainPerToken']", "data-value")) == \
         packed["trainPerToken"]
     assert float(page.get_attribute("#chart-keys circle.current", "data-value")) == packed["keysPerQuery"]
+    # issue 42's friction: the file's ring sat off the gamma curve with nothing saying why
+    assert ("the ring is the file's own lengths at their mean, so it sits off the curve"
+            in page.inner_text("#chart-note"))
     _shot(page, "editor.png")
 
     bad = tmp_path / "bad.txt"
@@ -293,3 +297,18 @@ def test_the_rank_strip_is_the_engine_s_assignment_of_the_row_s_query_blocks(pag
     for rank, colour in zip(expected, drawn):
         assert colour_of.setdefault(int(rank), tuple(colour)) == tuple(colour)
     assert len(set(colour_of.values())) == len(colour_of) == 4
+
+
+@pytest.mark.parametrize("width", [1500, 1200, 1000])
+def test_the_kernel_blocks_toggle_is_whole_inside_its_pane_and_clear_of_the_preview(browser, url, width):
+    # issue 42's friction: the label floated out of its 12px line, under the canvas's top edge
+    context = browser.new_context(viewport={"width": width, "height": 1000})
+    page = context.new_page()
+    page.goto(url)
+    _settle(page)
+    toggle, pane = page.locator("label.toggle").bounding_box(), page.locator("#mask-pane").bounding_box()
+    canvas = page.locator("#preview").bounding_box()
+    assert pane["x"] <= toggle["x"] and toggle["x"] + toggle["width"] <= pane["x"] + pane["width"]
+    assert toggle["y"] + toggle["height"] <= canvas["y"]  # above the preview, not under it
+    assert toggle["x"] + toggle["width"] <= canvas["x"] + canvas["width"] + 0.5  # and no wider than it
+    context.close()

@@ -210,8 +210,13 @@ export function renderChart(answer) {
   }
   panel($("chart-keys"), a, "keysPerQuery", "keys a query", (v) => fixed(v, v < 100 ? 1 : 0), true);
   panel($("chart-ratio"), a, "blockRatio", "blocks per kept score", (v) => `${fixed(v, 2)}×`, false);
+  // The curve is gamma lengths at every mean; a lengths file's ring is its own lengths, which no gamma need match.
+  const offCurve = a.current && a.lengths
+    ? ` The curve draws gamma lengths of spread ${fixed(a.spread, 2)} at each mean; the ring is the file's own `
+      + "lengths at their mean, so it sits off the curve by as much as their shape differs from that gamma."
+    : "";
   const where = a.current
-    ? `The ring is the operating point (${fixed(a.current.mean, 0)}-token documents${a.lengths ? ", from the lengths file" : ""}).`
+    ? `The ring is the operating point (${fixed(a.current.mean, 0)}-token documents${a.lengths ? ", from the lengths file" : ""}).${offCurve}`
     : "Set a packing to mark the operating point.";
   const skipped = a.skipped.length ? ` Means below ${tokens(a.points[0].mean)} are past the analysis budget.` : "";
   note.textContent = `Mean document length across; spread ${fixed(a.spread, 2)}, ${a.strategy} rows. ${where}${skipped}`;
