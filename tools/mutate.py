@@ -83,6 +83,13 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("step_certificates", ["certificates.py", "next_token.py"], ["test_step_certificates.py"],
             ["tests/hf/test_step_hf.py::test_a_hugging_face_model_behind_the_adapter_keeps_its_own_loss"]),
        )},
+    # the default certificates' grouped methods (issue 42): each against the one-pass-a-document verdicts on
+    # every planted model, and the certificates' own tests on tiny Hugging Face models
+    **{name: ([f"tensorcad/runtime/certification/forward/{name}.py"],
+              ["tests/testing/test_grouped_verdicts.py", "tests/testing/test_certificates.py"])
+       for name in ("group_testing", "grouped_boundaries", "batched_faithful", "weighted_gradients")},
+    # the guard's audit of each batch a run feeds its model
+    "guard_audit": (["tensorcad/guard/audit.py"], ["tests/guard/test_audit.py", "tests/guard/test_check_batch.py"]),
 }
 
 # What the tests import or read besides the package under mutation.

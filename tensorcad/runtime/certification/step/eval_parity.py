@@ -20,24 +20,16 @@ import torch.nn.functional as F
 from .reductions import Reduction, name_of
 from .batch import IGNORE_INDEX, StepBatch
 from .loss import LossResult, compared, measured
-from .loop import DocumentLosses, TrainingStep, targets_at, widened
+from .loop import DocumentLosses, TrainingStep, padded_rows, targets_at, widened
+from .router import RouterAux, held_aux
 
 
-def _pad_id(step: TrainingStep) -> int:
-    pad = getattr(getattr(step.model, "config", None), "pad_token_id", None)
-    return pad if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 0
-
-
-def unpacked_losses(step: TrainingStep, batch: StepBatch) -> DocumentLosses:
-    """Every document of the batch in a padded batch of its own, one a row: its targets' cross-entropies."""
+def unpacked_losses(step: TrainingStep, batch: StepBatch) -> tuple[DocumentLosses, RouterAux | None]:
+    """Every document of the batch in a padded batch of its own, one a row: its targets' cross-entropies, and the
+    router's auxiliary loss over them (None where the model's loss adds none)."""
     pieces = batch.pieces()
-    longest = max(end - first for _, _, first, end in pieces)
-    ids = torch.full((len(pieces), longest), _pad_id(step), dtype=batch.ids.dtype, device=batch.ids.device)
-    real = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
-    for i, (row, _, first, end) in enumerate(pieces):
-        ids[i, :end - first] = batch.ids[row, first:end]
-        real[i, :end - first] = True
-    logits = step.padded_logits(ids, real)
+    ids, real = padded_rows(step, batch)
+    logits, router = step.padded_parts(ids, real)
     targets = batch.targets
     tokens, where = [], []
     for i, (row, _, first, end) in enumerate(pieces):
@@ -45,7 +37,7 @@ def unpacked_losses(step: TrainingStep, batch: StepBatch) -> DocumentLosses:
         kept = mine != IGNORE_INDEX
         tokens.append(F.cross_entropy(widened(logits[i, :end - first - 1][kept]), mine[kept], reduction="none"))
         where.append((row, targets_at(first, kept)))
-    return DocumentLosses(tuple(tokens), tuple(p[0] for p in pieces), tuple(pieces), tuple(where))
+    return DocumentLosses(tuple(tokens), tuple(p[0] for p in pieces), tuple(pieces), tuple(where)), router
 
 
 def check_eval_parity(step: TrainingStep, batch: StepBatch, reduction: Reduction = "token", *,
@@ -53,9 +45,10 @@ def check_eval_parity(step: TrainingStep, batch: StepBatch, reduction: Reduction
     """The packed eval loss (eval mode, no gradient) against the documents evaluated unpacked."""
     name_of(reduction)
     with step.mode(train=False) as note:
-        packed, trained = measured(step, batch)
+        packed, trained, router = measured(step, batch)
         with torch.no_grad():
-            losses = unpacked_losses(step, batch)
+            losses, padded = unpacked_losses(step, batch)
     dtype = step.named_parameters()[0][1].dtype
     return compared(packed, trained, losses, batch, reduction, dtype, atol=atol, rtol=rtol, note=note,
-                    what="the packed eval loss", against="the documents evaluated unpacked (one a padded row)")
+                    what="the packed eval loss", against="the documents evaluated unpacked (one a padded row)",
+                    router=held_aux(router, padded, dtype, atol, rtol))

@@ -114,16 +114,26 @@ class TrainingStep:
 
         ``num_items_in_batch``: the Trainer's count of the whole batch's targets, passed on.
         """
+        loss, logits, _ = self.packed_parts(batch, num_items_in_batch)
+        return loss, logits
+
+    def packed_parts(self, batch: StepBatch, num_items_in_batch: int | None = None) -> tuple[torch.Tensor, Any, Any]:
+        """(loss, logits, router): the loss less a router's auxiliary term, which ``router`` holds (`RouterAux`,
+        None for a model whose loss adds none): cross-entropy is what the documents alone are compared by."""
         extra = {} if num_items_in_batch is None else {"num_items_in_batch": torch.tensor(num_items_in_batch)}
         if self.own_loss:
+            from .router import router_aux
+
             out = self.model(**self._hf_inputs(batch, labels=True), **extra)
             if getattr(out, "loss", None) is None:
                 raise TensorcadError("loss", f"{type(self.model).__name__} returned no loss for the batch's labels")
-            return out.loss, getattr(out, "logits", None)
+            router = router_aux(self.model, out)
+            loss = out.loss if router is None else out.loss - router.term
+            return loss, getattr(out, "logits", None), router
         logits = self.logits(batch)
         if self.loss is not None:
-            return self.loss(logits, batch.labels, **extra), logits
-        return token_cross_entropy(logits, batch.targets, extra.get("num_items_in_batch")), logits
+            return self.loss(logits, batch.labels, **extra), logits, None
+        return token_cross_entropy(logits, batch.targets, extra.get("num_items_in_batch")), logits, None
 
     def packed_loss(self, batch: StepBatch, num_items_in_batch: int | None = None) -> torch.Tensor:
         return self.loss_and_logits(batch, num_items_in_batch)[0]
@@ -138,12 +148,20 @@ class TrainingStep:
 
     def padded_logits(self, ids: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Documents one a row, right-padded (``real``: True on their tokens), as an unpacked loop runs them."""
+        return self.padded_parts(ids, real)[0]
+
+    def padded_parts(self, ids: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, Any]:
+        """(logits, router) of the documents padded one a row: the router's auxiliary loss transformers pools
+        over their tokens, the padding masked (`RouterAux`; None where the model adds none)."""
         if self.hf:
-            return self.model(input_ids=ids, attention_mask=real.long(), use_cache=False).logits
+            from .router import router_aux
+
+            out = self.model(input_ids=ids, attention_mask=real.long(), use_cache=False)
+            return out.logits, router_aux(self.model, out)
         documents = (~real).long()  # the padding a document of its own: the model keeps it apart
         from tensorcad.packing import positions_of
 
-        return outputs_of(self.model(ids, documents, positions_of(documents)))
+        return outputs_of(self.model(ids, documents, positions_of(documents))), None
 
     def modules(self) -> list[nn.Module]:
         roots = [self.model] if self.hf else modules_of(self.model)
@@ -253,6 +271,21 @@ def document_losses(step: TrainingStep, batches: list[StepBatch]) -> DocumentLos
             where.append((offset + row, targets_at(first, kept)))
         offset += batch.ids.shape[0]
     return DocumentLosses(tuple(tokens), tuple(rows), tuple(pieces), tuple(where))
+
+
+def padded_rows(step: TrainingStep, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, real): every document of ``batch`` one a row, right-padded with the model's pad id, as a loop that
+    does not pack runs them; ``real`` is True on their tokens."""
+    pieces = batch.pieces()
+    longest = max(end - first for _, _, first, end in pieces)
+    pad = getattr(getattr(step.model, "config", None), "pad_token_id", None)
+    pad = pad if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 0
+    ids = torch.full((len(pieces), longest), pad, dtype=batch.ids.dtype, device=batch.ids.device)
+    real = torch.zeros(ids.shape, dtype=torch.bool, device=ids.device)
+    for i, (row, _, first, end) in enumerate(pieces):
+        ids[i, :end - first] = batch.ids[row, first:end]
+        real[i, :end - first] = True
+    return ids, real
 
 
 def targets_at(first: int, kept: torch.Tensor) -> torch.Tensor:

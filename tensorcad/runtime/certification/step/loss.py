@@ -29,7 +29,8 @@ import torch
 from .loss_weights import Trained, WeightCheck, check_weights, expected_grid, fraction, trained_by
 from .reductions import REDUCTIONS, Reduction, describe_weights, name_of, reduce, weights, weights_json
 from .batch import StepBatch
-from .loop import DocumentLosses, TrainingStep, document_losses, loss_tolerance
+from .loop import DocumentLosses, TrainingStep, document_losses, loss_tolerance, padded_rows
+from .router import AuxCheck, RouterAux, held_aux
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class LossResult:
     weights: WeightCheck | None = None  # what the loss trains, against the declared reduction (None: not read)
     alike: tuple[str, ...] = ()  # the named reductions whose weights the loss's are
     declared: tuple[float, ...] = ()  # the declared reduction's weight of each document's targets
+    router: AuxCheck | None = None  # a router's auxiliary loss, held apart (None: the loss adds none)
 
     @property
     def gap(self) -> float:
@@ -61,7 +63,8 @@ class LossResult:
 
     @property
     def passed(self) -> bool:
-        return self.value_passed and (self.weights is None or self.weights.passed)
+        return (self.value_passed and (self.weights is None or self.weights.passed)
+                and (self.router is None or self.router.passed))
 
     @property
     def matched(self) -> tuple[str, ...]:
@@ -82,10 +85,16 @@ class LossResult:
         return ", ".join(told) + (f", and {more} more" if more > 0 else "")
 
     def message(self) -> str:
+        if self.router is None:
+            return self._message()
+        what = "cross-entropy (its loss less the router's term)"
+        return f"{self._message()}; {self.router.message()}".replace(self.what, f"{self.what}'s {what}", 1)
+
+    def _message(self) -> str:
         note = f" ({self.note})" if self.note else ""
         figures = f"gap {self.gap:.3g}, tolerance {self.tolerance:.3g}"
         w = self.weights
-        if self.passed:
+        if self.value_passed and (w is None or w.passed):
             if w is not None:
                 how = (f"; its {sum(self.counts)} targets are the documents' own, each weighed as `{self.reduction}` "
                        "weighs it")
@@ -127,17 +136,19 @@ class LossResult:
                 "targets": sum(self.counts), "note": self.note,
                 "trained": self.weights.to_json() if self.weights is not None else None,
                 "weights": {n: weights_json(n, self.counts, rows) for n in REDUCTIONS},
+                "router": self.router.to_json() if self.router is not None else None,
                 "message": self.message()}
 
 
-def measured(step: TrainingStep, batch: StepBatch) -> tuple[float, Trained | None]:
-    """The packed loss as the loop computes it, and what it trains (None where its logits are not its graph's)."""
+def measured(step: TrainingStep, batch: StepBatch) -> tuple[float, Trained | None, RouterAux | None]:
+    """The packed loss as the loop computes it less any router term, what it trains (None where its logits are
+    not its graph's), and the router's term (`RouterAux`, None where the loss adds none)."""
     with torch.enable_grad():
-        loss, logits = step.loss_and_logits(batch)
+        loss, logits, router = step.packed_parts(batch)
         if not (isinstance(logits, torch.Tensor) and logits.requires_grad and logits.shape[:2] == batch.ids.shape):
-            return float(loss.detach()), None
+            return float(loss.detach()), None, router
         (gradient,) = torch.autograd.grad(loss, logits, allow_unused=True)
-    return float(loss.detach()), None if gradient is None else trained_by(logits, gradient)
+    return float(loss.detach()), None if gradient is None else trained_by(logits, gradient), router
 
 
 def _declared_weights(reduction: Reduction, losses: DocumentLosses) -> tuple:
@@ -179,8 +190,11 @@ def check_loss(step: TrainingStep, batch: StepBatch, reduction: Reduction = "tok
     """The packed step's loss (train mode) against each document run alone, reduced as declared."""
     name_of(reduction)
     with step.mode(train=True) as note:
-        packed, trained = measured(step, batch)
+        packed, trained, router = measured(step, batch)
         with torch.no_grad():
             losses = document_losses(step, [batch])
+            # the auxiliary loss pools the batch: its reference is the documents padded one a row, not each alone
+            padded = step.padded_parts(*padded_rows(step, batch))[1] if router is not None else None
     dtype = step.named_parameters()[0][1].dtype
-    return compared(packed, trained, losses, batch, reduction, dtype, atol=atol, rtol=rtol, note=note)
+    return compared(packed, trained, losses, batch, reduction, dtype, atol=atol, rtol=rtol, note=note,
+                    router=held_aux(router, padded, dtype, atol, rtol))

@@ -48,7 +48,7 @@ def test_the_default_loss_is_the_token_mean_of_the_documents_alone():
         "documents": 6, "targets": 34, "note": "", "trained": result.weights.to_json(),
         "weights": {"token": ["1/34"] * 6, "document": ["1/12", "1/48", "1/6", "1/30", "1/78", "1/30"],
                     "sequence": ["1/32"] * 4 + ["1/36"] * 2},
-        "message": result.message()}
+        "router": None, "message": result.message()}
     assert figures["trained"]["perDocument"] == ["1/34"] * 6 and figures["trained"]["mistrained"] == 0
     assert not model.training  # run in train mode, put back in eval mode as it came
 
