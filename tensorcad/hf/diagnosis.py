@@ -25,6 +25,11 @@ from .adapters import is_encoder, is_hf_model, unwrapped
 from .hybrid.packing import mixer_hint
 
 
+# Families whose forward builds its masks without position_ids (transformers 5.24's GptOssModel hands
+# create_causal_mask no position_ids): restarting positions never reach the mask, whatever the call.
+MASKS_WITHOUT_POSITIONS = {"gpt_oss": ("full_attention", "sliding_attention")}
+
+
 def reachable_hf_models(model_fn: Any) -> list[Any]:
     """The Hugging Face models ``model_fn`` is, holds, or closes over (one level deep)."""
     seen: list[Any] = []
@@ -81,6 +86,12 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     mask = kwargs.get("attention_mask")
     packed = _restarts(position_ids)
     name = type(unwrapped(model)).__name__
+    kinds = MASKS_WITHOUT_POSITIONS.get(getattr(model.config, "model_type", None))
+    ones = isinstance(mask, torch.Tensor) and mask.dim() == 2 and bool((mask == 1).all())
+    if kinds is not None and (mask is None or ones) and packed:  # dropping an all-ones mask would not help it
+        return (f"{name} builds its attention masks without position_ids: transformers never reads packing for it, "
+                "whatever the call; train it one document a row, or pass attention_mask as a dict of 4D document "
+                f"masks by layer type ({', '.join(repr(k) for k in kinds)}), each within its layer's own window")
     if is_encoder(model):
         if mask is None or (isinstance(mask, torch.Tensor) and mask.dim() == 2):
             return (f"{name} is an encoder: transformers' bidirectional mask never reads packing from "

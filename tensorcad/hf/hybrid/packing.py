@@ -27,6 +27,7 @@ class PackingPath:
     layer_type: str | None  # the config's layer_types entry naming them; None: every layer
     reads: str | None  # the keywords transformers keeps them apart by; None: nothing reaches them
     kernels: tuple[str, ...]  # the packages that read those keywords (CUDA)
+    adapter: bool = True  # hf_causal_lm(model, packing="seq_idx") passes all it reads (seq_idx and cu_seqlens)
 
 
 PATHS = {
@@ -36,6 +37,21 @@ PATHS = {
     "falcon_h1": PackingPath("Falcon-H1", "Mamba-2 (beside attention in every layer)", None, "seq_idx and cu_seqlens",
                              ("causal_conv1d", "mamba_ssm")),
     "lfm2": PackingPath("LFM2", "short-convolution", "conv", "seq_idx", ("causal_conv1d",)),
+    # Measured on transformers 5.24 (tests/hf/test_family_matrix.py): each leaks with restarting position_ids and no
+    # cache; handed seq_idx and cu_seqlens, all but Jamba reach causal_conv1d's torch fallback, which refuses them.
+    "jamba": PackingPath("Jamba", "Mamba", "linear_attention", None, ()),
+    "zamba2": PackingPath("Zamba2", "Mamba-2 (in every layer, the shared attention beside some)", None,
+                          "seq_idx and cu_seqlens", ("causal_conv1d", "mamba_ssm")),
+    "nemotron_h": PackingPath("Nemotron-H", "Mamba-2", "linear_attention", "seq_idx and cu_seqlens",
+                              ("causal_conv1d", "mamba_ssm")),
+    "granitemoehybrid": PackingPath("Granite-MoE-Hybrid", "Mamba-2", "linear_attention", "seq_idx and cu_seqlens",
+                                    ("causal_conv1d", "mamba_ssm")),
+    "kimi_linear": PackingPath("Kimi-Linear", "Kimi delta attention", "linear_attention", "seq_idx and cu_seqlens",
+                               ("causal_conv1d", "fla")),
+    # its gated delta rule reads cu_seq_lens_q, which the seq_idx adapter does not pass
+    "qwen3_next": PackingPath("Qwen3-Next", "gated delta net", "linear_attention",
+                              "seq_idx and cu_seqlens (its convolution) and cu_seq_lens_q (its delta rule)",
+                              ("causal_conv1d", "fla"), adapter=False),
 }
 # What transformers' torch fallback raises when handed seq_idx or cu_seqlens without the kernel.
 REFUSAL = "can't keep packed sequences apart without"
@@ -87,8 +103,8 @@ def mixer_hint(model: Any) -> str | None:
     kernels = " and ".join(path.kernels) + (" CUDA kernel reads" if len(path.kernels) == 1 else " CUDA kernels read")
     state = (f"not installed here ({', '.join(missing)} missing), so on this machine no setting packs it correctly"
              if missing else "installed here: pass them")
-    return (f"{head}: transformers keeps them apart only with {path.reads} "
-            f"(tensorcad.testing.hf_causal_lm(model, packing='seq_idx')), which only the {kernels}, {state}; or {fix}")
+    how = " (tensorcad.testing.hf_causal_lm(model, packing='seq_idx'))" if path.adapter else ""
+    return f"{head}: transformers keeps them apart only with {path.reads}{how}, which only the {kernels}, {state}; or {fix}"
 
 
 def seq_idx_refusal(model: Any) -> str | None:
@@ -101,4 +117,6 @@ def seq_idx_refusal(model: Any) -> str | None:
                 f"{name} is none of them: use packing='position_ids'")
     if path.reads is None:
         return f"{name} passes its layers no seq_idx: {mixer_hint(model)}"
+    if not path.adapter:
+        return f"{name} reads {path.reads}, more than packing='seq_idx' passes: {mixer_hint(model)}"
     return None

@@ -51,8 +51,7 @@ class Move:
         return (f"making document {self.document} of row {self.row} one token {how} (document "
                 f"{self.neighbour} then starts at {self.start + self.change}, not {self.start}) moved "
                 f"document {self.neighbour}'s outputs by {self.largest:.3g} at its position "
-                f"{self.position} (tolerance {tolerance:g}): its outputs depend on where it starts "
-                "in the row")
+                f"{self.position} (tolerance {tolerance:g})")  # what moved; the cause is a hint's to name
 
     def to_json(self) -> dict:
         return {"row": self.row, "document": self.document, "change": self.change,

@@ -53,8 +53,7 @@ class GroupedMove(Move):
         return (f"making document {self.document} of row {self.row}{more} one token {how} (document "
                 f"{self.neighbour} then starts at {self.start + self.shift}, not {self.start}) moved "
                 f"document {self.neighbour}'s outputs by {self.largest:.3g} at its position "
-                f"{self.position} (tolerance {tolerance:g}): its outputs depend on where it starts "
-                "in the row")
+                f"{self.position} (tolerance {tolerance:g})")  # what moved; the cause is a hint's to name
 
 
 def _edited_rows(tensors, pieces, edits, change, tokens):
