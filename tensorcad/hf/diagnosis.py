@@ -30,20 +30,27 @@ from .hybrid.packing import mixer_hint
 MASKS_WITHOUT_POSITIONS = {"gpt_oss": ("full_attention", "sliding_attention")}
 
 
-def reachable_hf_models(model_fn: Any) -> list[Any]:
-    """The Hugging Face models ``model_fn`` is, holds, or closes over (one level deep)."""
+def reachable_hf_models(model_fn: Any, depth: int = 3) -> list[Any]:
+    """The Hugging Face models ``model_fn`` is, holds, or closes over, through up to ``depth`` functions
+    (a wrapper of a wrapper of the model: a log-softmax around the user's call)."""
     seen: list[Any] = []
-    candidates = [model_fn, getattr(model_fn, "model", None)]
-    function = getattr(model_fn, "__func__", model_fn)
-    if inspect.isfunction(function):
-        # What the function's code names: its closure, the module-level names it reads, its defaults.
-        names = inspect.getclosurevars(function)
-        candidates.extend(names.nonlocals.values())
-        candidates.extend(names.globals.values())
-        candidates.extend(function.__defaults__ or ())
-    for candidate in candidates:
-        if is_hf_model(candidate) and not any(candidate is s for s in seen):
-            seen.append(candidate)
+
+    def visit(candidate: Any, left: int) -> None:
+        if is_hf_model(candidate):
+            if not any(candidate is s for s in seen):
+                seen.append(candidate)
+            return
+        held = getattr(candidate, "model", None)
+        if is_hf_model(held):
+            visit(held, left)
+        function = getattr(candidate, "__func__", candidate)
+        if left and inspect.isfunction(function):
+            # What the function's code names: its closure, the module-level names it reads, its defaults.
+            names = inspect.getclosurevars(function)
+            for value in (*names.nonlocals.values(), *names.globals.values(), *(function.__defaults__ or ())):
+                visit(value, left - 1)
+
+    visit(model_fn, depth)
     return seen
 
 
@@ -92,6 +99,9 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
         return (f"{name} builds its attention masks without position_ids: transformers never reads packing for it, "
                 "whatever the call; train it one document a row, or pass attention_mask as a dict of 4D document "
                 f"masks by layer type ({', '.join(repr(k) for k in kinds)}), each within its layer's own window")
+    dropped = _window_dropped(model, mask)
+    if dropped is not None:
+        return dropped
     if is_encoder(model):
         if mask is None or (isinstance(mask, torch.Tensor) and mask.dim() == 2):
             return (f"{name} is an encoder: transformers' bidirectional mask never reads packing from "
@@ -119,6 +129,30 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
         return ("the position_ids never restart: pass each token's position in its document "
                 "(tensorcad.packing.positions_of(documents), the collator's position_ids)")
     return rope_cause(model, position_ids, kwargs.get("input_ids"))
+
+
+def _window_dropped(model: Any, mask: Any) -> str | None:
+    """A 4D mask handed to a model whose layers keep a window or a chunk: transformers uses it as given, for every
+    layer, so unless it keeps that window itself (the test: no kept key further back than it) the window is lost."""
+    import torch
+
+    if not isinstance(mask, torch.Tensor) or mask.dim() != 4:
+        return None
+    config = model.config
+    types = set(getattr(config, "layer_types", None) or [])
+    window = getattr(config, "sliding_window", None) if (not types or "sliding_attention" in types) else None
+    window = window or getattr(config, "attention_chunk_size", None)
+    if not window:
+        return None
+    keep = mask > -1e4 if mask.is_floating_point() else mask.bool()  # an additive mask keeps its zeros
+    T = keep.shape[-1]
+    distance = torch.arange(T)[:, None] - torch.arange(T)[None, :]
+    if not bool((keep & (distance >= int(window)).to(keep.device)).any()):
+        return None
+    what = "attention_chunk_size" if getattr(config, "attention_chunk_size", None) == window else "sliding_window"
+    return (f"the 4D attention_mask replaces the masks transformers builds, for every layer: it keeps keys past the "
+            f"{what} of {window}, so the window is lost; pass restarting position_ids and no attention_mask "
+            "(tensorcad.testing.hf_causal_lm(model))")
 
 
 def rope_cause(model: Any, position_ids: Any, ids: Any = None) -> str | None:
@@ -170,11 +204,14 @@ def diagnose_failure(model_fn: Callable[..., Any], ids: Any, documents: Any, pos
     finally:
         for handle in handles:
             handle.remove()
-    hints = []
-    for model in models:
-        if id(model) in calls:
-            hint = diagnose(model, calls[id(model)])
-            if hint:
-                name = type(unwrapped(model)).__name__
-                hints.append(hint if hint.startswith(name) else f"{name}: {hint}")
-    return hints
+    hints = [cause_of_call(model, calls[id(model)]) for model in models if id(model) in calls]
+    return [hint for hint in hints if hint]
+
+
+def cause_of_call(model: Any, kwargs: dict[str, Any]) -> str | None:
+    """`diagnose`'s line for one call of ``model``, beginning with the model's class name."""
+    hint = diagnose(model, kwargs)
+    if not hint:
+        return None
+    name = type(unwrapped(model)).__name__
+    return hint if hint.startswith(name) else f"{name}: {hint}"

@@ -48,7 +48,9 @@ def _one(name: str, model: Any, batch: Any, **options: Any) -> Any:
     if not result.passed:
         from tensorcad.runtime.certification import STEP_HEADLINES
 
-        raise CertificateError(f"{STEP_HEADLINES[name]}\n{result.message()}", result)
+        cause = report.causes.get(name)
+        raise CertificateError(f"{STEP_HEADLINES[name]}\n{result.message()}" + (f"\n{cause}" if cause else ""),
+                               result)
     return result
 
 

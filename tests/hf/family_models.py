@@ -9,7 +9,7 @@ from __future__ import annotations
 VOCAB = 128
 _BASE = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
              num_key_value_heads=2, head_dim=16, max_position_embeddings=256, bos_token_id=None, eos_token_id=None,
-             pad_token_id=None)
+             pad_token_id=None, attention_dropout=0.0, residual_dropout=0.0)
 _MOE = dict(num_experts=4, num_local_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, n_routed_experts=4,
             shared_expert_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=0, n_group=1, topk_group=1)
 _MAMBA2 = dict(mamba_n_heads=8, mamba_d_head=16, mamba_n_groups=1, mamba_d_state=8, mamba_chunk_size=8)

@@ -16,7 +16,7 @@ accumulated with ``num_items_in_batch``.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -50,6 +50,7 @@ class StepReport:
     results: dict[str, Any]
     not_run: dict[str, str] = field(default_factory=dict)
     call: str = ""  # which call of the model the certificates ran (tensorcad.hf.call_line), "" for a model_fn
+    causes: dict[str, str] = field(default_factory=dict)  # a failed certificate's cause, where one is known
 
     @property
     def passed(self) -> bool:
@@ -60,16 +61,21 @@ class StepReport:
         return {name: r for name, r in self.results.items() if not r.passed}
 
     def message(self) -> str:
-        lines = [f"{name}: {r.message()}" for name, r in self.failures.items()] if not self.passed else [
+        lines = [self.line(name) for name in self.failures] if not self.passed else [
             f"{name}: {r.message()}" for name, r in self.results.items()]
         lines += [f"{name}: not run ({why})" for name, why in self.not_run.items()]
         if self.call:
             lines.append(f"call: {self.call}")
         return "\n".join(lines)
 
+    def line(self, name: str) -> str:
+        """One certificate's message, and its cause on a line of its own where one is known."""
+        cause = self.causes.get(name)
+        return f"{name}: {self.results[name].message()}" + (f"\n{cause}" if cause else "")
+
     def to_json(self) -> dict:
         return {"passed": self.passed, "results": {n: r.to_json() for n, r in self.results.items()},
-                "notRun": dict(self.not_run), "call": self.call}
+                "notRun": dict(self.not_run), "call": self.call, "causes": dict(self.causes)}
 
 
 def _micro_batches(step: TrainingStep, batch: Any, parts: int, shift: str | None,
@@ -154,7 +160,19 @@ def certify_step(model: Any, batch: Mapping[str, Any] | Sequence[Mapping[str, An
             results[name] = check_accumulation(step, batches, reduction, accumulation, rtol=rtol)
         else:
             results[name] = check_eval_parity(step, read, reduction, atol=atol, rtol=rtol)
-    return StepReport(results, not_run, _call_line(step))
+    return StepReport(results, not_run, _call_line(step), _causes(step, read, results))
+
+
+def _causes(step: TrainingStep, read: StepBatch | None, results: dict[str, Any]) -> dict[str, str]:
+    """The setting of a Hugging Face model's call that explains its failed forward (the cache, an all-ones mask,
+    layers that carry state: `tensorcad.hf.diagnosis`), for each certificate that ran the forward and failed."""
+    failed = [name for name, r in results.items() if not r.passed and name != "step[labels]"]
+    if not failed or not step.hf or read is None:
+        return {}
+    from tensorcad.hf.diagnosis import cause_of_call
+
+    hint = cause_of_call(step.model, step._hf_inputs(read, labels=False))
+    return dict.fromkeys(failed, hint) if hint else {}
 
 
 def _call_line(step: TrainingStep) -> str:
@@ -211,4 +229,6 @@ def step_check(name: str, s: Any) -> Check:
         if error.path == "model":
             raise Skipped(error.message) from None
         raise
-    return _verdict(name, report.results[name], HEADLINES[name])
+    check = _verdict(name, report.results[name], HEADLINES[name])
+    cause = report.causes.get(name)
+    return replace(check, message=f"{check.message}\n{cause}") if cause else check

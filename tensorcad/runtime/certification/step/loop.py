@@ -219,10 +219,26 @@ def _refuse_dropout(roots: list[nn.Module]) -> None:
                 raise TensorcadError("model", f"{name or type(m).__name__} drops out {m.p:g} of its inputs in train "
                                               "mode: the packed step and the documents alone would draw different "
                                               "masks; set p=0 for the certificate")
-        rate = getattr(getattr(root, "config", None), "attention_dropout", 0.0)
-        if isinstance(rate, (int, float)) and rate > 0:
-            raise TensorcadError("model", f"config.attention_dropout is {rate:g}: the packed step and the documents "
-                                          "alone would drop different scores; set it to 0 for the certificate")
+        for key, rate in _dropout_rates(getattr(root, "config", None)):
+            raise TensorcadError("model", f"config.{key} is {rate:g}: the packed step and the documents alone would "
+                                          "drop different values; set it to 0 for the certificate")
+
+
+# A config's rates of the dropouts its forward applies with torch.nn.functional (no module to find): Seed-OSS's
+# residual_dropout, GPT-2's resid_pdrop. A classifier's or a summary head's is no part of a causal LM's step.
+_DROPOUT_KEYS = ("dropout", "pdrop", "dropout_prob", "dropout_rate")
+
+
+def _dropout_rates(config: Any) -> list[tuple[str, float]]:
+    if config is None:
+        return []
+    try:
+        items = sorted(vars(config).items())
+    except TypeError:
+        return []
+    return [(key, float(value)) for key, value in items
+            if key.endswith(_DROPOUT_KEYS) and not key.startswith(("classifier", "summary"))
+            and isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0]
 
 
 def step_of(model: Any, loss: Callable[..., Any] | None = None, alone: Callable[..., Any] | None = None,

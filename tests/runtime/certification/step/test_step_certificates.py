@@ -35,7 +35,7 @@ def test_the_whole_step_and_some_of_it():
     assert list(report.results) == list(STEP_CHECKS) and report.passed and not report.failures
     assert report.message() == "\n".join(f"{name}: {r.message()}" for name, r in report.results.items())
     assert report.to_json() == {"passed": True, "results": {n: r.to_json() for n, r in report.results.items()},
-                                "notRun": {}, "call": ""}  # a model_fn: no Hugging Face call to name
+                                "notRun": {}, "call": "", "causes": {}}  # a model_fn: no call to name
     assert report.results["step[accumulation]"].accumulation == "num_items_in_batch"
     assert report.results["step[gradients]"].reduction == "token"
     some = certify_step(TinyLM(), batch_of(LENGTHS), only=["step[loss]", "step[accumulation]"])
