@@ -220,8 +220,9 @@ def _refuse_dropout(roots: list[nn.Module]) -> None:
                                               "mode: the packed step and the documents alone would draw different "
                                               "masks; set p=0 for the certificate")
         for key, rate in _dropout_rates(getattr(root, "config", None)):
+            what = "scores" if key == "attention_dropout" else "values"
             raise TensorcadError("model", f"config.{key} is {rate:g}: the packed step and the documents alone would "
-                                          "drop different values; set it to 0 for the certificate")
+                                          f"drop different {what}; set it to 0 for the certificate")
 
 
 # A config's rates of the dropouts its forward applies with torch.nn.functional (no module to find): Seed-OSS's
@@ -232,13 +233,17 @@ _DROPOUT_KEYS = ("dropout", "pdrop", "dropout_prob", "dropout_rate")
 def _dropout_rates(config: Any) -> list[tuple[str, float]]:
     if config is None:
         return []
-    try:
-        items = sorted(vars(config).items())
-    except TypeError:
-        return []
-    return [(key, float(value)) for key, value in items
-            if key.endswith(_DROPOUT_KEYS) and not key.startswith(("classifier", "summary"))
-            and isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0]
+    rates = []
+    for key in sorted(dir(config)):
+        if not key.endswith(_DROPOUT_KEYS) or key.startswith(("_", "classifier", "summary")):
+            continue
+        try:
+            value = getattr(config, key)
+        except Exception:  # a property that cannot be read here is no rate
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+            rates.append((key, float(value)))
+    return rates
 
 
 def step_of(model: Any, loss: Callable[..., Any] | None = None, alone: Callable[..., Any] | None = None,
