@@ -69,8 +69,13 @@ def mask_cause(design: Any, documents: Any, positions: Any) -> str | None:
 
 
 def cause_lines(subject: Any) -> list[str]:
-    """``mask_cause`` of a design's subject as hint lines (none for a user's model, or no attention crossing)."""
+    """A design's leak, its one cause as a hint line: an attention keeping another document's key
+    (``mask_cause``), else an expert's capacity shared across documents (`capacity`); none for a user's model."""
     if getattr(subject, "design", None) is None:
         return []
     cause = mask_cause(subject.small, *subject.batch[1:])
+    if cause is None:
+        from .capacity import capacity_cause
+
+        cause = capacity_cause(subject)
     return [cause] if cause else []
