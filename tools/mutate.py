@@ -89,7 +89,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
               ["tests/testing/test_grouped_verdicts.py", "tests/testing/test_certificates.py"])
        for name in ("group_testing", "grouped_boundaries", "batched_faithful", "weighted_gradients")},
     # the guard's audit of each batch a run feeds its model
-    "guard_audit": (["tensorcad/guard/audit.py"], ["tests/guard/test_audit.py", "tests/guard/test_check_batch.py"]),
+    "guard_audit": (["tensorcad/guard/audit.py"], ["tests/guard/test_audit.py", "tests/guard/test_audit_exact.py",
+                                                   "tests/guard/test_check_batch.py"]),
 }
 
 # What the tests import or read besides the package under mutation.
