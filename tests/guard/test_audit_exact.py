@@ -153,3 +153,9 @@ def test_a_model_that_is_not_a_transformers_model_keeps_its_own_settings():
     assert audit_batch(object(), batch) == []
     no_type = type("M", (), {"config": type("C", (), {"use_cache": True})()})()
     assert audit_batch(no_type, batch) == []
+
+
+def test_a_finding_in_json_keeps_its_setting_line_and_switch():
+    finding = Finding("use_cache", "pass use_cache=False", switches_packing_off=True)
+    assert finding.to_json() == {"setting": "use_cache", "line": "pass use_cache=False", "switchesPackingOff": True}
+    assert Finding("labels", "x").to_json()["switchesPackingOff"] is False
