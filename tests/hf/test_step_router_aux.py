@@ -78,6 +78,7 @@ def test_cross_entropy_is_compared_apart_and_the_aux_loss_with_the_documents_poo
     # and the cross-entropy is the model's loss less the term
     assert result.packed == pytest.approx(float(out.loss) - COEF * float(out.aux_loss), rel=1e-5)
     assert "the router's auxiliary loss (x 0.5 in the model's loss" in result.message()
+    assert result.router.padding_counted == 0 and "padding tokens" not in result.message()
     assert "the packed loss's cross-entropy (its loss less the router's term)" in result.message()
     assert_step_gradients(model, batch)
     assert_step_accumulation(model, batch)
@@ -110,5 +111,10 @@ def test_an_aux_loss_that_pools_the_padding_fails_eval_parity_naming_it():
     parity = report.results["eval[parity]"]
     assert not parity.passed and parity.value_passed  # the cross-entropy agrees; the pooled term does not
     assert " is not " in parity.message().split("the router's auxiliary loss")[1]
+    # the padding the padded run pooled, counted by the test: each row's length less its document's
+    padding = len(LENGTHS) * max(LENGTHS) - sum(LENGTHS)
+    assert parity.router.padding_counted == padding
+    assert (f"the padded run's term pools its {padding} padding tokens (it equals the family's "
+            "load_balancing_loss_func with no attention_mask): pass the mask to the aux loss") in parity.message()
     with pytest.raises(CertificateError, match="router's auxiliary loss"):
         assert_step_loss(mixtral(PoolsPadding), packed_batch())

@@ -157,7 +157,7 @@ class TrainingStep:
             from .router import router_aux
 
             out = self.model(input_ids=ids, attention_mask=real.long(), use_cache=False)
-            return out.logits, router_aux(self.model, out)
+            return out.logits, router_aux(self.model, out, real)
         documents = (~real).long()  # the padding a document of its own: the model keeps it apart
         from tensorcad.packing import positions_of
 

@@ -28,6 +28,8 @@ class RouterAux:
 
     coef: float
     aux: torch.Tensor  # 0-d, with its graph when the forward had one
+    pooled_with_padding: float | None = None  # the family's load_balancing_loss_func with no mask (padded runs)
+    padding: int = 0  # the padding tokens of the run
 
     @property
     def term(self) -> torch.Tensor:
@@ -39,13 +41,36 @@ class RouterAux:
         return float(self.aux.detach())
 
 
-def router_aux(model: Any, out: Any) -> RouterAux | None:
-    """The auxiliary term of ``model``'s output, or None where its loss adds none (no router logits asked)."""
+def router_aux(model: Any, out: Any, real: torch.Tensor | None = None) -> RouterAux | None:
+    """The auxiliary term of ``model``'s output, or None where its loss adds none (no router logits asked).
+
+    ``real``: a padded run's mask (True on tokens). Then the family's own ``load_balancing_loss_func`` is also
+    given the router logits with no mask, pooling the padding: what a loss that drops the mask computes."""
     aux = getattr(out, "aux_loss", None)
     coef = getattr(model, "router_aux_loss_coef", None)
     if not isinstance(aux, torch.Tensor) or isinstance(coef, bool) or not isinstance(coef, (int, float)):
         return None
-    return RouterAux(float(coef), aux.to(out.loss.device) if getattr(out, "loss", None) is not None else aux)
+    aux = aux.to(out.loss.device) if getattr(out, "loss", None) is not None else aux
+    padding = 0 if real is None else int((~real).sum())
+    return RouterAux(float(coef), aux, _unmasked(model, out) if padding else None, padding)
+
+
+def _unmasked(model: Any, out: Any) -> float | None:
+    """The family's load-balancing loss of ``out``'s router logits over every token, the padding's too."""
+    import importlib
+
+    # the family's module: the first class up the model's own whose module holds the function (a subclass of
+    # the user's lives elsewhere)
+    function = next((f for f in (getattr(importlib.import_module(c.__module__), "load_balancing_loss_func", None)
+                                 for c in type(model).__mro__) if f is not None), None)
+    logits, config = getattr(out, "router_logits", None), getattr(model, "config", None)
+    experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
+    if function is None or logits is None or not experts:
+        return None
+    try:
+        return float(function(logits, experts, getattr(config, "num_experts_per_tok", 2)))
+    except Exception:  # a family's function of another signature: no diagnosis, the verdict stands
+        return None
 
 
 @dataclass(frozen=True)
@@ -56,6 +81,7 @@ class AuxCheck:
     packed: float
     padded: float
     tolerance: float
+    padding_counted: int = 0  # the padded run's term is the one over its padding too: this many tokens counted
 
     @property
     def gap(self) -> float:
@@ -67,13 +93,17 @@ class AuxCheck:
 
     def message(self) -> str:
         verb = "equals" if self.passed else "is not"
+        counted = (f": the padded run's term pools its {self.padding_counted} padding tokens (it equals the "
+                   "family's load_balancing_loss_func with no attention_mask): pass the mask to the aux loss"
+                   if self.padding_counted and not self.passed else "")
         return (f"the router's auxiliary loss (x {self.coef:g} in the model's loss, compared apart: a statistic of "
                 f"the whole batch, not of each document) {self.packed:.6g} packed {verb} {self.padded:.6g} over the "
-                f"documents padded one a row with their mask (gap {self.gap:.3g}, tolerance {self.tolerance:.3g})")
+                f"documents padded one a row with their mask (gap {self.gap:.3g}, tolerance {self.tolerance:.3g})"
+                f"{counted}")
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "coef": self.coef, "packed": self.packed, "padded": self.padded,
-                "gap": self.gap, "tolerance": self.tolerance}
+                "gap": self.gap, "tolerance": self.tolerance, "paddingCounted": self.padding_counted}
 
 
 def held_aux(packed: RouterAux | None, padded: RouterAux | None, dtype: torch.dtype, atol: float | None,
@@ -82,4 +112,10 @@ def held_aux(packed: RouterAux | None, padded: RouterAux | None, dtype: torch.dt
     if packed is None:
         return None
     reference = padded.value if padded is not None else float("nan")  # the padded run lost it: a failure
-    return AuxCheck(packed.coef, packed.value, reference, loss_tolerance(dtype, reference, atol, rtol))
+    tolerance = loss_tolerance(dtype, reference, atol, rtol)
+    counted = 0
+    if padded is not None and padded.pooled_with_padding is not None and padded.padding:
+        # the padded run's term is the unmasked one (and the masked one would not be): padding pooled
+        if abs(padded.pooled_with_padding - reference) <= tolerance < abs(packed.value - reference):
+            counted = padded.padding
+    return AuxCheck(packed.coef, packed.value, reference, tolerance, counted)
