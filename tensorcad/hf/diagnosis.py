@@ -90,6 +90,8 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
     if mixers is not None:
         return mixers
     position_ids = kwargs.get("position_ids", positions)
+    if isinstance(position_ids, torch.Tensor) and position_ids.dim() == 3 and position_ids.shape[0] == 4:
+        position_ids = position_ids[0]  # a vision-language row: its text positions are what packing reads
     mask = kwargs.get("attention_mask")
     packed = _restarts(position_ids)
     name = type(unwrapped(model)).__name__

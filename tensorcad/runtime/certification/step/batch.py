@@ -43,7 +43,7 @@ from ..forward.isolation import segments
 IGNORE_INDEX = -100  # what a collator writes where there is nothing to predict (PyTorch's ignore_index)
 SHIFTS = ("inside", "shifted")
 # Keys a model takes that hold one value a token, (B, T): sliced with the batch when it is split.
-_FLAT_KEYS = ("input_ids", "labels", "shift_labels", "position_ids", "documents", "attention_mask")
+_FLAT_KEYS = ("input_ids", "labels", "shift_labels", "position_ids", "documents", "attention_mask", "mm_token_type_ids")
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,19 @@ def _tensor(value: Any, name: str) -> torch.Tensor:
     return value
 
 
+def text_positions(value: Any) -> torch.Tensor:
+    """A batch's position_ids as (B, T): a vision-language row's 4 rows give their first, the text positions that
+    transformers reads packing from (its three mRoPE rows are each sample's rotary index, no boundary)."""
+    value = _as_tensor(value, "position_ids")
+    if value.dim() == 3:
+        if value.shape[0] == 4:
+            return _tensor(value[0], "position_ids")
+        raise TensorcadError("batch.position_ids", f"{value.shape[0]} rows of positions {tuple(value.shape)}: a "
+                                                   "vision-language row packs with 4 (the text positions, then "
+                                                   "mRoPE's 3 axes per sample: tensorcad.hf.vision_rows)")
+    return _tensor(value, "position_ids")
+
+
 def _rows(value: Any) -> torch.Tensor:
     """A form's documents (checked where they were made) as (B, T)."""
     value = torch.as_tensor(value)
@@ -128,7 +141,7 @@ def _documents(batch: Mapping[str, Any], shape: torch.Size, device: torch.device
     elif "cu_seq_lens_q" in batch:
         documents = _rows(_cu_documents(batch, "cu_seq_lens_q", shape))
     elif "position_ids" in batch:
-        documents = _rows(documents_of_positions(_tensor(batch["position_ids"], "position_ids").cpu()))
+        documents = _rows(documents_of_positions(text_positions(batch["position_ids"]).cpu()))
     else:
         raise TensorcadError("batch", "holds no documents, seq_idx, cu_seq_lens_q or position_ids: nothing says "
                                       "where its documents begin")
@@ -247,7 +260,7 @@ def read_batch(batch: Mapping[str, Any], *, shift: str | None = None, loss_shift
     if bool((documents[:, 1:] < documents[:, :-1]).any()):
         raise TensorcadError("batch.documents", "document ids must never fall along a row")
     if "position_ids" in batch:
-        positions = _tensor(batch["position_ids"], "position_ids").to(ids.device)
+        positions = text_positions(batch["position_ids"]).to(ids.device)
     else:
         from tensorcad.packing import positions_of
 
@@ -276,8 +289,11 @@ def _padding(batch: Mapping[str, Any], shape: torch.Size) -> torch.Tensor | None
 # --- micro-batches ---------------------------------------------------------------------------
 
 
-def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
-    """Rows ``rows``, positions ``first:end`` of the batch, as a batch of its own (documents from 0 again)."""
+def _cut(batch: StepBatch, rows: slice, first: int, end: int, images: Any = None) -> StepBatch:
+    """Rows ``rows``, positions ``first:end`` of the batch, as a batch of its own (documents from 0 again).
+
+    ``images(first, end)``: a vision-language row's images of the samples in the cut (their pixel_values and
+    image_grid_thw), which replace the batch's; its 4-row position_ids are cut along the row."""
     from tensorcad.packing import flash_kwargs_of, seq_idx_of
 
     documents = batch.documents[rows, first:end]
@@ -291,6 +307,8 @@ def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
         elif (key == "attention_mask" and isinstance(value, torch.Tensor) and value.dim() == 4
               and value.shape[0] == batch.ids.shape[0] and value.shape[-2:] == (batch.ids.shape[1],) * 2):
             inputs[key] = value[rows, :, first:end, first:end]  # a 4D mask: its queries and keys cut alike
+        elif key == "position_ids" and isinstance(value, torch.Tensor) and value.dim() == 3:
+            inputs[key] = value[:, rows, first:end]  # each of a vision-language row's 4 rows of positions
         elif key == "seq_idx":
             inputs[key] = seq_idx_of(documents.cpu()).to(torch.as_tensor(value).device)
         elif key.startswith(("cu_seq_lens_", "max_length_")):
@@ -298,6 +316,9 @@ def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
             inputs[key] = made.to(value.device) if isinstance(value, torch.Tensor) else made
         else:
             inputs[key] = value
+    if images is not None:
+        inputs = {k: v for k, v in inputs.items() if k not in ("pixel_values", "image_grid_thw")}
+        inputs.update(images(first, end))
     cut = lambda t: t[rows, first:end]  # noqa: E731
     padding = None if batch.padding is None else cut(batch.padding)
     if padding is not None:  # the cut's own boundaries: every document's real tokens, then its padding
@@ -311,12 +332,12 @@ def _cut(batch: StepBatch, rows: slice, first: int, end: int) -> StepBatch:
                    labels=cut(batch.labels), inputs=inputs, padding=padding)
 
 
-def split_batch(batch: StepBatch, parts: int) -> list[StepBatch]:
+def split_batch(batch: StepBatch, parts: int, images: Any = None) -> list[StepBatch]:
     """``parts`` micro-batches: whole rows when there are that many, else a row cut between whole documents.
 
     Rows go to micro-batches in order, as a data loader deals them. A batch of
     fewer rows (a collator's one flattened row) is cut at document boundaries
-    into runs of about equal tokens, each a row of its own.
+    into runs of about equal tokens, each a row of its own (``images``: `_cut`'s).
     """
     if isinstance(parts, bool) or not isinstance(parts, int) or parts < 2:
         raise TensorcadError("micro_batches", f"expected at least 2 micro-batches, got {parts!r}")
@@ -336,4 +357,4 @@ def split_batch(batch: StepBatch, parts: int) -> list[StepBatch]:
         later = [s for s in starts if s > cuts[-1] and len(starts) - starts.index(s) >= parts - i]
         cuts.append(min(later, key=lambda s: (abs(s - wanted), s)))
     cuts.append(seq)
-    return [_cut(batch, slice(0, 1), a, b) for a, b in zip(cuts, cuts[1:])]
+    return [_cut(batch, slice(0, 1), a, b, images) for a, b in zip(cuts, cuts[1:])]

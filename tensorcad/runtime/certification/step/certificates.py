@@ -35,7 +35,7 @@ from .mtp import mtp_heads
 from .loss import check_loss
 from .limits import (MAX_ATOL, MAX_RTOL, MAX_STEP_DOCUMENTS, check_alone, check_documents, check_ids,
                      check_tolerance, hf_vocabulary, probed_vocabulary)
-from .loop import TrainingStep, step_of
+from .loop import TrainingStep, step_of, vision_samples
 
 HEADLINES = {"step[labels]": "labels cross documents", "step[loss]": "the loss is not the documents' own",
              "step[gradients]": "the gradients are not the documents' own",
@@ -83,7 +83,19 @@ def _micro_batches(step: TrainingStep, batch: Any, parts: int, shift: str | None
     """The user's own micro-batches (a list of batch dicts), or ``batch`` split into ``parts``."""
     if isinstance(batch, Sequence) and not isinstance(batch, (str, bytes)):
         return [read_batch(b, shift=shift, loss_shifts=step.own_loss, vocab=vocab) for b in batch]
-    return split_batch(read_batch(batch, shift=shift, loss_shifts=step.own_loss, vocab=vocab), parts)
+    read = read_batch(batch, shift=shift, loss_shifts=step.own_loss, vocab=vocab)
+    samples = vision_samples(step, read)
+    if not samples:
+        return split_batch(read, parts)
+
+    def images(first: int, end: int) -> dict[str, Any]:
+        """The images of a vision-language row's samples in first:end, in order, as each micro-batch carries."""
+        mine = [s for (_, at), s in sorted(samples.items()) if first <= at < end and "pixel_values" in s]
+        if not mine:
+            return {}
+        return {key: torch.cat([s[key] for s in mine]) for key in ("pixel_values", "image_grid_thw")}
+
+    return split_batch(read, parts, images)
 
 
 def _checked_read(step: TrainingStep, batch: Any, shift: str | None, probe: bool) -> tuple[StepBatch, int | None]:

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from .reductions import Reduction, name_of
 from .batch import IGNORE_INDEX, StepBatch
 from .loss import LossResult, compared, measured
-from .loop import DocumentLosses, TrainingStep, padded_rows, targets_at, widened
+from .loop import DocumentLosses, TrainingStep, padded_images, padded_rows, targets_at, widened
 from .router import RouterAux, held_aux
 
 
@@ -29,7 +29,7 @@ def unpacked_losses(step: TrainingStep, batch: StepBatch) -> tuple[DocumentLosse
     router's auxiliary loss over them (None where the model's loss adds none)."""
     pieces = batch.pieces()
     ids, real = padded_rows(step, batch)
-    logits, router = step.padded_parts(ids, real)
+    logits, router = step.padded_parts(ids, real, padded_images(step, batch, real))
     targets = batch.targets
     tokens, where = [], []
     for i, (row, _, first, end) in enumerate(pieces):

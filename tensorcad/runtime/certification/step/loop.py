@@ -138,10 +138,11 @@ class TrainingStep:
     def packed_loss(self, batch: StepBatch, num_items_in_batch: int | None = None) -> torch.Tensor:
         return self.loss_and_logits(batch, num_items_in_batch)[0]
 
-    def alone_logits(self, ids: torch.Tensor) -> torch.Tensor:
-        """One document's outputs (1, L, V), run by itself."""
+    def alone_logits(self, ids: torch.Tensor, sample: dict[str, Any] | None = None) -> torch.Tensor:
+        """One document's outputs (1, L, V), run by itself; ``sample``: a vision-language sample's own inputs
+        (its images with it), which a Hugging Face model is given instead of the ids alone."""
         if self.hf:
-            return self.model(input_ids=ids, use_cache=False).logits
+            return self.model(**(sample or {"input_ids": ids}), use_cache=False).logits
         documents = torch.zeros_like(ids)
         positions = torch.arange(ids.shape[1], device=ids.device)[None]
         return outputs_of((self.alone or self.model)(ids, documents, positions))
@@ -150,13 +151,15 @@ class TrainingStep:
         """Documents one a row, right-padded (``real``: True on their tokens), as an unpacked loop runs them."""
         return self.padded_parts(ids, real)[0]
 
-    def padded_parts(self, ids: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    def padded_parts(self, ids: torch.Tensor, real: torch.Tensor,
+                     images: dict[str, Any] | None = None) -> tuple[torch.Tensor, Any]:
         """(logits, router) of the documents padded one a row: the router's auxiliary loss transformers pools
-        over their tokens, the padding masked (`RouterAux`; None where the model adds none)."""
+        over their tokens, the padding masked (`RouterAux`; None where the model adds none). ``images``: a
+        vision-language batch's images and token types, laid out for the padded rows (`padded_images`)."""
         if self.hf:
             from .router import router_aux
 
-            out = self.model(input_ids=ids, attention_mask=real.long(), use_cache=False)
+            out = self.model(input_ids=ids, attention_mask=real.long(), use_cache=False, **(images or {}))
             return out.logits, router_aux(self.model, out, real)
         documents = (~real).long()  # the padding a document of its own: the model keeps it apart
         from tensorcad.packing import positions_of
@@ -279,8 +282,9 @@ def document_losses(step: TrainingStep, batches: list[StepBatch]) -> DocumentLos
     offset = 0
     for batch in batches:
         targets = batch.targets
+        samples = vision_samples(step, batch)
         for row, document, first, end in batch.pieces():
-            logits = step.alone_logits(batch.ids[row:row + 1, first:end])
+            logits = step.alone_logits(batch.ids[row:row + 1, first:end], samples.get((row, first)))
             if logits.shape[:2] != (1, end - first):
                 raise TensorcadError("alone", f"outputs shaped {tuple(logits.shape)} for a document of "
                                               f"{end - first} tokens")
@@ -292,6 +296,38 @@ def document_losses(step: TrainingStep, batches: list[StepBatch]) -> DocumentLos
             where.append((offset + row, targets_at(first, kept)))
         offset += batch.ids.shape[0]
     return DocumentLosses(tuple(tokens), tuple(rows), tuple(pieces), tuple(where))
+
+
+def vision_samples(step: TrainingStep, batch: StepBatch) -> dict[tuple[int, int], dict[str, Any]]:
+    """(row, first) -> a vision-language sample's own inputs (its tokens, images and grids), for a Hugging Face
+    model's batch that carries images or mRoPE positions; empty for any other batch."""
+    inputs = batch.inputs
+    position_ids = inputs.get("position_ids")
+    vision = inputs.get("pixel_values") is not None or (isinstance(position_ids, torch.Tensor)
+                                                         and position_ids.dim() == 3)
+    if not (step.hf and vision):
+        return {}
+    if batch.ids.shape[0] != 1:
+        raise TensorcadError("batch.input_ids", "a vision-language batch is one packed row (its images in sample "
+                                                "order): tensorcad.hf.vision_rows packs one")
+    from tensorcad.hf.vision import samples_of
+
+    return {(0, s["first"]): s["inputs"] for s in samples_of(step.model, inputs, batch.documents)}
+
+
+def padded_images(step: TrainingStep, batch: StepBatch, real: torch.Tensor) -> dict[str, Any]:
+    """A vision-language batch's images for its documents padded one a row: the same images in the same order
+    (each sample's placeholders now in its own row), the token types padded as the ids are; {} for another batch."""
+    if not vision_samples(step, batch):
+        return {}
+    inputs = batch.inputs
+    images = {key: inputs[key] for key in ("pixel_values", "image_grid_thw") if inputs.get(key) is not None}
+    if "mm_token_type_ids" in inputs:
+        types = torch.zeros(real.shape, dtype=inputs["mm_token_type_ids"].dtype, device=real.device)
+        for i, (row, _, first, end) in enumerate(batch.pieces()):
+            types[i, :end - first] = inputs["mm_token_type_ids"][row, first:end]
+        images["mm_token_type_ids"] = types
+    return images
 
 
 def padded_rows(step: TrainingStep, batch: StepBatch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,7 +29,7 @@ import torch
 from .loss_weights import Trained, WeightCheck, check_weights, expected_grid, fraction, trained_by
 from .reductions import REDUCTIONS, Reduction, describe_weights, name_of, reduce, weights, weights_json
 from .batch import StepBatch
-from .loop import DocumentLosses, TrainingStep, document_losses, loss_tolerance, padded_rows
+from .loop import DocumentLosses, TrainingStep, document_losses, loss_tolerance, padded_images, padded_rows
 from .router import AuxCheck, RouterAux, held_aux
 
 
@@ -194,7 +194,11 @@ def check_loss(step: TrainingStep, batch: StepBatch, reduction: Reduction = "tok
         with torch.no_grad():
             losses = document_losses(step, [batch])
             # the auxiliary loss pools the batch: its reference is the documents padded one a row, not each alone
-            padded = step.padded_parts(*padded_rows(step, batch))[1] if router is not None else None
+            if router is not None:
+                ids, real = padded_rows(step, batch)
+                padded = step.padded_parts(ids, real, padded_images(step, batch, real))[1]
+            else:
+                padded = None
     dtype = step.named_parameters()[0][1].dtype
     return compared(packed, trained, losses, batch, reduction, dtype, atol=atol, rtol=rtol, note=note,
                     router=held_aux(router, padded, dtype, atol, rtol))
