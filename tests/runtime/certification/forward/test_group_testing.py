@@ -1,0 +1,104 @@
+"""Group testing's bisection, exactly: who is named, under which group, and what it costs (issue 42's mutation).
+
+The planted models here are functions of the batch written to make one path of `check_isolation_grouped`
+run: a leak that needs two documents changed together (named under the first of the smallest group that
+moved it), a leak from every document into every other (the bisection's budget runs out: the moved
+documents are counted, not named, and the forwards stay within the one-a-document check's), and a leak
+from one document into several. Each expected leak is written from the model's own definition.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tensorcad.runtime.certification.forward.group_testing import check_isolation_grouped, groups
+from tensorcad.runtime.certification.forward.isolation import check_isolation
+
+VOCAB = 50
+LENGTHS = (4, 5, 3, 6, 4, 5, 3, 4)  # eight documents in one row
+
+
+def batch():
+    documents = torch.repeat_interleave(torch.arange(len(LENGTHS)), torch.tensor(LENGTHS))[None]
+    ids = torch.randint(0, VOCAB, documents.shape, generator=torch.Generator().manual_seed(0))
+    return ids, documents
+
+
+def span(d):
+    first = sum(LENGTHS[:d])
+    return first, first + LENGTHS[d]
+
+
+class Counted:
+    def __init__(self, fn):
+        self.fn, self.calls = fn, 0
+
+    def __call__(self, ids, documents, positions):
+        self.calls += 1
+        return self.fn(ids, documents, positions)
+
+
+def own(ids):
+    """Each token's own output: a function of its token alone (an isolated model)."""
+    return torch.nn.functional.one_hot(ids, VOCAB).float()
+
+
+def test_a_leak_that_needs_two_documents_changed_together_is_named_under_the_first_of_their_group():
+    ids, documents = batch()
+    [group] = [g for g in groups(len(LENGTHS)) if 0 in g and 1 in g][:1]  # a forward changing documents 0 and 1
+    target = next(d for d in range(len(LENGTHS)) if d not in group)
+    base = ids.clone()
+
+    def model(x, d, p):
+        out = own(x)
+        both = bool((x[0, slice(*span(0))] != base[0, slice(*span(0))]).any()
+                    and (x[0, slice(*span(1))] != base[0, slice(*span(1))]).any())
+        a, b = span(target)
+        out[0, a + 1:b] += float(both)  # the target's tokens after its first move, only with 0 and 1 changed
+        return out
+
+    result = check_isolation_grouped(model, ids, documents, vocab=VOCAB)
+    assert not result.passed
+    [leak] = result.leaks
+    assert (leak.row, leak.document, leak.moved_document) == (0, group[0], target)
+    assert leak.first_position == span(target)[0] + 1 and leak.largest == 1.0
+    assert not check_isolation(model, ids, documents, vocab=VOCAB).leaks  # one at a time: never both changed
+
+
+def test_a_leak_from_every_document_spends_no_more_than_one_a_document_and_counts_the_rest():
+    ids, documents = batch()
+
+    def model(x, d, p):
+        return own(x) + x.float().sum() / 1000  # every output reads every token of the row
+
+    counted = Counted(model)
+    result = check_isolation_grouped(counted, ids, documents, vocab=VOCAB)
+    assert not result.passed
+    forwards = len(groups(len(LENGTHS)))
+    # the base, one a group, and at most one a document more to bisect: never past the one-a-document check's
+    assert counted.calls == result.forwards <= 1 + forwards + len(LENGTHS)
+    unnamed = len(LENGTHS) - len({leak.moved_document for leak in result.leaks})
+    assert ("sources not sought" in result.method) == (unnamed > 0)
+    for leak in result.leaks:  # each named leak is one the one-a-document check finds too
+        assert leak.document != leak.moved_document
+
+
+def test_one_document_leaking_into_several_names_each_with_its_first_moved_token():
+    ids, documents = batch()
+    source, targets = 2, (4, 6)
+
+    def model(x, d, p):
+        out = own(x)
+        a, b = span(source)
+        signal = x[0, a:b].float().sum()
+        for t in targets:
+            first, end = span(t)
+            out[0, first + 2:end] += signal  # from each target's third token on
+        return out
+
+    result = check_isolation_grouped(model, ids, documents, vocab=VOCAB)
+    assert {(leak.document, leak.moved_document) for leak in result.leaks} == {(source, t) for t in targets}
+    for leak in result.leaks:
+        assert leak.first_position == span(leak.moved_document)[0] + 2
+    each = check_isolation(model, ids, documents, vocab=VOCAB)
+    assert set(result.leaks) == set(each.leaks)  # the same leaks, the same shifts, the same figures
