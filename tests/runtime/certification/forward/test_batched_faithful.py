@@ -1,0 +1,106 @@
+"""Batched faithful, exactly: the buckets, the padded rows, its calls and what it says (issue 42's mutation).
+
+Every expected figure is written from the definitions: the buckets by trying every cut, the padded rows
+token by token, the calls as the base run, one a bucket and one a document run alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tensorcad.runtime.certification.forward.batched_faithful import buckets, check_faithful_batched, padded_rows
+from tensorcad.runtime.certification.forward.faithful import check_faithful
+
+VOCAB = 40
+LENGTHS = (3, 7, 2, 6, 5, 9)
+
+
+def batch():
+    documents = torch.repeat_interleave(torch.arange(len(LENGTHS)), torch.tensor(LENGTHS))[None]
+    ids = torch.randint(0, VOCAB, documents.shape, generator=torch.Generator().manual_seed(1))
+    positions = torch.cat([torch.arange(n) for n in LENGTHS])[None]
+    return ids, documents, positions
+
+
+def own(ids, documents=None, positions=None):
+    """An isolated, causal model: each output a function of its token and position."""
+    out = torch.nn.functional.one_hot(ids, VOCAB).float()
+    if positions is not None:
+        out = out + positions[..., None].float() / 100
+    return out
+
+
+def test_the_buckets_are_the_cut_with_the_fewest_padded_tokens():
+    for lengths in ([5], [4, 4], [1, 9, 2, 8], [3, 3, 3, 10], [7, 1, 1, 1, 1, 6]):
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        cost = lambda part: len(part) * max((lengths[i] for i in part), default=0)  # noqa: E731
+        best = min(cost(order[:k]) + cost(order[k:]) for k in range(1, len(order) + 1))
+        got = buckets(lengths)
+        assert sorted(i for part in got for i in part) == list(range(len(lengths)))
+        assert sum(cost(part) for part in got) == best and all(got)
+        assert all(lengths[a] <= lengths[b] for part in got for a, b in zip(part, part[1:]))
+    assert buckets([]) == [] and buckets([4, 2, 3], most=1) == [[1, 2, 0]]
+
+
+def test_padded_rows_hold_each_document_then_padding_as_a_second_document():
+    ids, documents, positions = batch()
+    pieces = [(0, 1, 3, 10), (0, 2, 10, 12)]  # documents 1 (7 tokens) and 2 (2 tokens)
+    rows_ids, rows_docs, rows_pos = padded_rows(ids, documents, positions, pieces)
+    assert rows_ids.tolist() == [ids[0, 3:10].tolist(), ids[0, 10:12].tolist() + [0] * 5]
+    assert rows_docs.tolist() == [[0] * 7, [0, 0] + [1] * 5]
+    assert rows_pos.tolist() == [list(range(7)), [0, 1, 0, 1, 2, 3, 4]]
+    assert padded_rows(ids, documents, None, pieces)[2] is None
+    assert rows_ids.dtype == ids.dtype and rows_docs.dtype == documents.dtype and rows_pos.dtype == positions.dtype
+
+
+def test_a_faithful_model_costs_the_base_run_and_one_call_a_bucket():
+    ids, documents, positions = batch()
+    result = check_faithful_batched(own, ids, documents, positions)
+    calls = 1 + len(buckets(list(LENGTHS)))
+    assert result.passed and result.calls == calls
+    assert result.method == f"{calls} calls: the documents alone as rows of padded batches"
+    assert result.largest == 0.0 and result.compared == result.documents == len(LENGTHS)
+
+
+def test_padding_that_reaches_a_document_is_run_alone_and_only_a_real_difference_is_reported():
+    ids, documents, positions = batch()
+
+    def reads_the_row(x, d, p):  # each row's outputs shift by its mean token: padding reaches every document
+        return own(x, d, p) + x.float().mean(dim=1, keepdim=True)[..., None]
+
+    grouped = check_faithful_batched(reads_the_row, ids, documents, positions)
+    each = check_faithful(reads_the_row, ids, documents, positions)
+    assert not grouped.passed and set(grouped.differences) == set(each.differences)
+    doubted = len(LENGTHS)  # every padded row moved (the packed row's mean differs from each row's)
+    assert grouped.calls == 1 + len(buckets(list(LENGTHS))) + doubted
+    assert grouped.method.endswith(f"({doubted} beyond the tolerance there run alone)")
+    assert grouped.largest == pytest.approx(each.largest)
+
+
+@pytest.mark.parametrize("fault, says", [
+    ("raises", "one call a document: the padded batch raised ValueError"),
+    ("shape", "one call a document: the padded batch gave outputs shaped"),
+])
+def test_a_model_that_cannot_take_a_padded_batch_runs_one_a_call_and_says_why(fault, says):
+    ids, documents, positions = batch()
+
+    def one_row_only(x, d, p):
+        if x.shape[0] > 1:
+            if fault == "raises":
+                raise ValueError("one row at a time")
+            return own(x, d, p)[:, :1]
+        return own(x, d, p)
+
+    result = check_faithful_batched(one_row_only, ids, documents, positions)
+    assert result.passed and result.method.startswith(says)
+    assert result.calls == check_faithful(one_row_only, ids, documents, positions).calls
+
+
+def test_a_sample_checks_only_its_documents():
+    ids, documents, positions = batch()
+    result = check_faithful_batched(own, ids, documents, positions, sample=3, seed=2)
+    assert result.compared == 3 and result.documents == len(LENGTHS)
+    from tensorcad.runtime.certification.forward.isolation import pick
+
+    assert result.calls == 1 + len(buckets([LENGTHS[i] for i in pick(len(LENGTHS), 3, 2)]))
