@@ -1,0 +1,98 @@
+"""Weighted gradients, exactly: the exponents, the three passes and their fall-backs (issue 42's mutation).
+
+Tiny models written here: an isolated one (each token's output from its own embedding), one whose outputs
+read the row's mean embedding (every document reaches every other), one that ignores a document's tokens.
+Each verdict and figure is held to `check_gradient_isolation` (one backward a document) or to the
+definition of the passes.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from tensorcad.runtime.certification.forward.gradients import check_gradient_isolation
+from tensorcad.runtime.certification.forward.weighted_gradients import SPREAD, check_gradients_weighted, exponents
+
+VOCAB = 30
+
+
+class Tiny(nn.Module):
+    def __init__(self, mix: float = 0.0, deaf: int | None = None):
+        super().__init__()
+        torch.manual_seed(0)
+        self.embed, self.out = nn.Embedding(VOCAB, 8), nn.Linear(8, VOCAB)
+        self.mix, self.deaf = mix, deaf
+
+    def forward(self, ids, documents, positions=None):
+        h = self.embed(ids)
+        if self.deaf is not None:  # a document whose outputs do not read its tokens
+            h = torch.where((documents == self.deaf)[..., None], torch.zeros_like(h), h)
+        if self.mix:
+            h = h + self.mix * h.mean(dim=1, keepdim=True)
+        return self.out(h)
+
+
+def batch(lengths=(3, 5, 2, 4, 6)):
+    documents = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))[None]
+    ids = torch.randint(0, VOCAB, documents.shape, generator=torch.Generator().manual_seed(3))
+    return ids, documents, None
+
+
+def test_the_exponents_are_distinct_pairs_within_the_spread_and_seeded():
+    width = 2 * SPREAD + 1
+    for count in (1, 7, 100, width ** 2):
+        got = exponents(count, SPREAD, seed=5)
+        assert len(got) == count == len(set(got)) and all(len(e) == 2 for e in got)
+        assert all(-SPREAD <= x <= SPREAD for e in got for x in e)
+    assert exponents(50, SPREAD, 1) == exponents(50, SPREAD, 1) != exponents(50, SPREAD, 2)
+    for count, spread in ((9, 1), (4, 4), (30, 2)):  # the first `count` codes of the grid, in a seeded order
+        width = 2 * spread + 1
+        assert sorted(exponents(count, spread, 0)) == sorted(((n % width) - spread, (n // width) % width - spread)
+                                                             for n in range(count))
+
+
+def test_an_isolated_model_takes_three_backward_passes_and_names_none():
+    model = Tiny()
+    result = check_gradients_weighted(model, *batch())
+    assert result.passed and result.backwards == 3 and result.losses == result.documents == 5
+    assert result.method == "3 weighted backward passes for 5 documents" and result.still == ()
+
+
+def test_a_document_whose_outputs_ignore_its_tokens_is_still():
+    result = check_gradients_weighted(Tiny(deaf=2), *batch())
+    assert result.still == ((0, 2),)
+    assert result.still == check_gradient_isolation(Tiny(deaf=2), *batch()).still
+
+
+def test_a_leak_makes_the_passes_disagree_and_is_named_one_document_at_a_time():
+    model = Tiny(mix=0.5)
+    result = check_gradients_weighted(model, *batch())
+    each = check_gradient_isolation(model, *batch())
+    assert not result.passed and result.leaks == each.leaks
+    assert result.method == ("the 3 weighted passes disagreed; each document's loss taken back alone to name "
+                             "the leaks")
+    assert result.backwards == each.backwards + 3
+
+
+def test_a_document_without_a_loss_must_get_no_gradient():
+    model = Tiny(mix=0.5)
+    result = check_gradients_weighted(model, *batch(), sample=2, seed=1)
+    assert not result.passed and result.losses == 2  # the sampled two reach the others: the passes disagree
+    assert check_gradients_weighted(Tiny(), *batch(), sample=2, seed=1).passed
+
+
+@pytest.mark.parametrize("count", [(2 * SPREAD + 1) ** 2 + 1])
+def test_more_documents_than_the_passes_can_tell_apart_are_taken_back_one_at_a_time(count):
+    ids, documents, _ = batch((1,) * count)
+    result = check_gradients_weighted(Tiny(), ids, documents)
+    assert result.passed and result.backwards == count
+    assert result.method == f"one backward a document: {count} documents need more than three passes"
+
+
+def test_half_precision_spreads_its_exponents_less():
+    model = Tiny().half()
+    ids, documents, _ = batch()
+    result = check_gradients_weighted(model, ids, documents)
+    assert result.passed and result.backwards == 3
