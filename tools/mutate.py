@@ -89,7 +89,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
               ["tests/testing/test_grouped_verdicts.py", "tests/testing/test_certificates.py",
                "tests/runtime/certification/forward/test_group_testing.py",
                "tests/runtime/certification/forward/test_batched_faithful.py",
-               "tests/runtime/certification/forward/test_weighted_gradients.py"])
+               "tests/runtime/certification/forward/test_weighted_gradients.py",
+               "tests/runtime/certification/forward/test_grouped_boundaries.py"])
        for name in ("group_testing", "grouped_boundaries", "batched_faithful", "weighted_gradients")},
     # the guard's audit of each batch a run feeds its model
     "guard_audit": (["tensorcad/guard/audit.py"], ["tests/guard/test_audit.py", "tests/guard/test_audit_exact.py",

@@ -1,0 +1,80 @@
+"""Grouped boundary moves, exactly: the edited rows token by token, what is compared, and what a failure says.
+
+Expected rows are written by hand from the definition (documents at one parity of a row one token shorter or
+longer together, the row cut back to one length); verdicts are held to `check_boundaries`, one move a
+forward (issue 42's mutation).
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from tensorcad.runtime.certification.forward.boundaries import LONGER, SHORTER, check_boundaries
+from tensorcad.runtime.certification.forward.grouped_boundaries import _edited_rows, check_boundaries_grouped
+from tensorcad.runtime.certification.forward.isolation import segments
+
+VOCAB = 40
+
+
+def row_batch():
+    # row 0: documents of 2, 3, 2 tokens; row 1: 4, 3
+    documents = torch.tensor([[0, 0, 1, 1, 1, 2, 2], [0, 0, 0, 0, 1, 1, 1]])
+    ids = torch.arange(14).reshape(2, 7) + 1
+    positions = torch.tensor([[0, 1, 0, 1, 2, 0, 1], [0, 1, 2, 3, 0, 1, 2]])
+    return ids, documents, positions
+
+
+def test_shorter_cuts_each_edited_document_and_every_row_to_the_shortest():
+    ids, documents, positions = row_batch()
+    pieces = segments(documents)  # (row, document, first, end): 0:(0,0,0,2) 1:(0,1,2,5) 2:(0,2,5,7) 3:(1,0,0,4) 4:(1,1,4,7)
+    (e_ids, e_docs, e_pos), shift_of = _edited_rows((ids, documents, positions), pieces, {0, 3}, SHORTER, {})
+    assert e_ids.tolist() == [[1, 3, 4, 5, 6, 7], [8, 9, 10, 12, 13, 14]]
+    assert e_docs.tolist() == [[0, 1, 1, 1, 2, 2], [0, 0, 0, 1, 1, 1]]
+    assert e_pos.tolist() == [[0, 0, 1, 2, 0, 1], [0, 1, 2, 0, 1, 2]]
+    assert shift_of == {0: None, 1: -1, 2: -1, 3: None, 4: -1}
+
+
+def test_longer_inserts_the_drawn_token_and_cuts_what_passes_the_row():
+    ids, documents, positions = row_batch()
+    pieces = segments(documents)
+    (e_ids, e_docs, e_pos), shift_of = _edited_rows((ids, documents, positions), pieces, {1}, LONGER, {1: 39})
+    assert e_ids.tolist() == [[1, 2, 3, 4, 5, 39, 6], [8, 9, 10, 11, 12, 13, 14]]
+    assert e_docs.tolist() == [[0, 0, 1, 1, 1, 1, 2], [0, 0, 0, 0, 1, 1, 1]]
+    assert e_pos.tolist() == [[0, 1, 0, 1, 2, 3, 0], [0, 1, 2, 3, 0, 1, 2]]
+    assert shift_of == {0: 0, 1: None, 2: None, 3: 0, 4: 0}  # document 2 of row 0 now passes the row's end: cut
+    (_, _, none), _ = _edited_rows((ids, documents, None), pieces, {1}, LONGER, {1: 39})
+    assert none is None
+
+
+def through_the_row(ids, documents, positions):
+    """Outputs that read each token's place in the row: every document's start matters."""
+    place = torch.arange(ids.shape[1])[None].expand_as(ids)
+    return torch.nn.functional.one_hot(ids, VOCAB).float() + place[..., None].float()
+
+
+def own(ids, documents, positions):
+    return torch.nn.functional.one_hot(ids, VOCAB).float() + positions[..., None].float()
+
+
+def test_a_model_that_reads_where_documents_start_fails_both_ways_naming_the_shift():
+    ids, documents, positions = row_batch()
+    grouped = check_boundaries_grouped(through_the_row, ids, documents, positions, vocab=VOCAB)
+    each = check_boundaries(through_the_row, ids, documents, positions, vocab=VOCAB)
+    assert not grouped.passed and not each.passed
+    assert {(m.change, m.neighbour) for m in grouped.moved} == {(m.change, m.neighbour) for m in each.moved}
+    message = grouped.message()
+    assert re.search(r"making document \d+ of row \d+( and \d+ before it)? one token (shorter|longer) "
+                     r"\(document \d+ then starts at \d+, not \d+\) moved document \d+'s outputs by 1 at its "
+                     r"position 0 \(tolerance [0-9.e-]+\)", message), message
+    assert grouped.largest == 1.0  # a start moved by one token moves the outputs by exactly one
+
+
+def test_a_model_that_reads_positions_within_documents_passes_in_fewer_forwards():
+    ids, documents, positions = row_batch()
+    grouped = check_boundaries_grouped(own, ids, documents, positions, vocab=VOCAB)
+    each = check_boundaries(own, ids, documents, positions, vocab=VOCAB)
+    assert grouped.passed and each.passed and grouped.moves == each.moves
+    assert grouped.largest == 0.0 and grouped.method == "both parities of each row at once"
+    assert grouped.forwards <= each.forwards
