@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from .reductions import Reduction, name_of
 from .batch import IGNORE_INDEX, StepBatch
 from .loss import LossResult, compared, measured
-from .loop import DocumentLosses, TrainingStep, padded_images, padded_rows, targets_at, widened
+from .loop import DocumentLosses, TrainingStep, loss_tolerance, padded_images, padded_rows, targets_at, widened
 from .router import RouterAux, held_aux
 
 
@@ -51,4 +51,4 @@ def check_eval_parity(step: TrainingStep, batch: StepBatch, reduction: Reduction
     dtype = step.named_parameters()[0][1].dtype
     return compared(packed, trained, losses, batch, reduction, dtype, atol=atol, rtol=rtol, note=note,
                     what="the packed eval loss", against="the documents evaluated unpacked (one a padded row)",
-                    router=held_aux(router, padded, dtype, atol, rtol))
+                    router=held_aux(router, padded, lambda v: loss_tolerance(dtype, v, atol, rtol)))

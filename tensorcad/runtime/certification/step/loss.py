@@ -201,4 +201,4 @@ def check_loss(step: TrainingStep, batch: StepBatch, reduction: Reduction = "tok
                 padded = None
     dtype = step.named_parameters()[0][1].dtype
     return compared(packed, trained, losses, batch, reduction, dtype, atol=atol, rtol=rtol, note=note,
-                    router=held_aux(router, padded, dtype, atol, rtol))
+                    router=held_aux(router, padded, lambda v: loss_tolerance(dtype, v, atol, rtol)))

@@ -15,11 +15,9 @@ of tokens in another order).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import torch
-
-from .loop import loss_tolerance
 
 
 @dataclass(frozen=True)
@@ -106,13 +104,14 @@ class AuxCheck:
                 "gap": self.gap, "tolerance": self.tolerance, "paddingCounted": self.padding_counted}
 
 
-def held_aux(packed: RouterAux | None, padded: RouterAux | None, dtype: torch.dtype, atol: float | None,
-             rtol: float | None) -> AuxCheck | None:
-    """The packed auxiliary loss held to the padded one (None when the model adds none)."""
+def held_aux(packed: RouterAux | None, padded: RouterAux | None,
+             tolerance_of: Callable[[float], float]) -> AuxCheck | None:
+    """The packed auxiliary loss held to the padded one within ``tolerance_of(reference)`` (the loss's own
+    tolerance, `loop.loss_tolerance`); None when the model adds none."""
     if packed is None:
         return None
     reference = padded.value if padded is not None else float("nan")  # the padded run lost it: a failure
-    tolerance = loss_tolerance(dtype, reference, atol, rtol)
+    tolerance = tolerance_of(reference)
     counted = 0
     if padded is not None and padded.pooled_with_padding is not None and padded.padding:
         # the padded run's term is the unmasked one (and the masked one would not be): padding pooled
