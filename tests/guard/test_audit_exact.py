@@ -159,3 +159,28 @@ def test_a_finding_in_json_keeps_its_setting_line_and_switch():
     finding = Finding("use_cache", "pass use_cache=False", switches_packing_off=True)
     assert finding.to_json() == {"setting": "use_cache", "line": "pass use_cache=False", "switchesPackingOff": True}
     assert Finding("labels", "x").to_json()["switchesPackingOff"] is False
+
+
+def test_unbatched_tensors_are_read_as_one_row():
+    one_d = {"input_ids": IDS[0], "position_ids": STRAIGHT[0], "documents": torch.tensor([0, 0, 0, 1, 1, 2])}
+    two_d = {k: v[None] for k, v in one_d.items()}
+    assert audit_batch(Model(), one_d) == audit_batch(Model(), two_d) != []
+    assert representations(one_d)["documents"].shape == (1, 6)
+
+
+def test_representations_need_no_input_ids_but_cu_seq_lens_do():
+    batch = {"position_ids": PACKED, "cu_seq_lens_q": torch.tensor([0, 3, 5, 6])}
+    assert set(representations(batch)) == {"position_ids"}  # no ids: no shape to lay cu_seq_lens out on
+
+
+def test_cu_seq_lens_over_two_rows_give_each_row_its_documents():
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    cu = torch.tensor([0, 1, 4, 6, 8])  # row 0: 1 + 3 tokens; row 1: 2 + 2
+    assert representations({"input_ids": ids, "cu_seq_lens_q": cu})["cu_seq_lens_q"].tolist() == [
+        [0, 1, 1, 1], [0, 0, 1, 1]]  # each row's documents counted from 0
+
+
+def test_a_restart_at_the_second_token_is_packing_too():
+    restart_at_one = torch.tensor([[0, 0, 1, 2, 3, 4]])  # a one-token document, then the rest
+    [finding] = audit_batch(model(use_cache=True), {"input_ids": IDS, "position_ids": restart_at_one})
+    assert finding.setting == "use_cache"
