@@ -104,3 +104,45 @@ def test_a_sample_checks_only_its_documents():
     from tensorcad.runtime.certification.forward.isolation import pick
 
     assert result.calls == 1 + len(buckets([LENGTHS[i] for i in pick(len(LENGTHS), 3, 2)]))
+
+
+def test_bad_positions_and_outputs_are_named():
+    ids, documents, positions = batch()
+    from tensorcad.errors import TensorcadError
+
+    with pytest.raises(TensorcadError, match=r"^positions: shape \(1, 3\) differs from ids \(1, 32\)"):
+        check_faithful_batched(own, ids, documents, positions[:, :3])
+    with pytest.raises(TensorcadError, match=r"^model_fn: outputs shaped \(1,\) do not start with \(B, T\) = "
+                                             r"\(1, 32\)"):
+        check_faithful_batched(lambda x, d, p: torch.zeros(1), ids, documents, positions)
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_a_lone_run_of_the_wrong_shape_names_the_function_that_ran_it(given):
+    ids, documents, positions = batch()
+    from tensorcad.errors import TensorcadError
+
+    def padded_ok_alone_not(x, d, p):  # right on a padded batch, wrong for one document: doubted, then refused
+        out = own(x, d, p) + (x.shape[0] > 1) * x.float().mean(dim=1, keepdim=True)[..., None]
+        return out[:, :1] if x.shape[0] == 1 and x.shape[1] != ids.shape[1] else out
+
+    options = {"alone_fn": padded_ok_alone_not} if given else {}
+    model = own if given else padded_ok_alone_not
+    who = "alone_fn" if given else "model_fn"
+    with pytest.raises(TensorcadError, match=rf"^{who}: outputs shaped \(1, 1, {VOCAB}\) for a document of"):
+        check_faithful_batched(model, ids, documents, positions, **options)
+
+
+def test_the_tolerance_is_the_outputs_dtypes_and_the_sample_is_faithfuls():
+    ids, documents, positions = batch()
+    from tensorcad.runtime.certification.forward.faithful import default_tolerance
+
+    wide = check_faithful_batched(lambda x, d, p: own(x, d, p).double(), ids, documents, positions)
+    assert wide.tolerance == default_tolerance(torch.float64) != default_tolerance(torch.float32)
+    def reads_the_row(x, d, p):
+        return own(x, d, p) + x.float().mean(dim=1, keepdim=True)[..., None]
+
+    sampled = check_faithful_batched(reads_the_row, ids, documents, positions, sample=2)
+    each = check_faithful(reads_the_row, ids, documents, positions, sample=2)  # the same default seed: the same two
+    assert sampled.compared == each.compared == 2
+    assert {(d.row, d.document) for d in sampled.differences} == {(d.row, d.document) for d in each.differences}
