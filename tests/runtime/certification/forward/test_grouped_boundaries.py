@@ -78,3 +78,44 @@ def test_a_model_that_reads_positions_within_documents_passes_in_fewer_forwards(
     assert grouped.passed and each.passed and grouped.moves == each.moves
     assert grouped.largest == 0.0 and grouped.method == "both parities of each row at once"
     assert grouped.forwards <= each.forwards
+
+
+def test_a_grouped_move_says_how_many_documents_moved_its_neighbour_and_where_it_starts():
+    from tensorcad.runtime.certification.forward.grouped_boundaries import GroupedMove
+
+    one = GroupedMove(0, 2, SHORTER, 3, 10, 0.5, 4, shift=-1, edited=1)
+    assert one.message(1e-5) == ("making document 2 of row 0 one token shorter (document 3 then starts at 9, not "
+                                 "10) moved document 3's outputs by 0.5 at its position 4 (tolerance 1e-05)")
+    three = GroupedMove(1, 4, LONGER, 5, 20, 0.25, 0, shift=3, edited=3)
+    assert three.message(0.001) == ("making document 4 of row 1 and 2 before it one token longer (document 5 then "
+                                    "starts at 23, not 20) moved document 5's outputs by 0.25 at its position 0 "
+                                    "(tolerance 0.001)")
+    two = GroupedMove(0, 1, SHORTER, 2, 7, 1.0, 1, shift=-2, edited=2)
+    assert " and 1 before it " in two.message(1e-5) and "starts at 5, not 7" in two.message(1e-5)
+
+
+def test_a_one_token_document_is_never_made_shorter_and_the_moves_are_boundaries():
+    documents = torch.tensor([[0, 1, 1, 1, 2, 2, 3]])  # document 0 has one token: no shorter move of it
+    ids = torch.arange(7)[None] + 1
+    positions = torch.tensor([[0, 0, 1, 2, 0, 1, 0]])
+    grouped = check_boundaries_grouped(through_the_row, ids, documents, positions, vocab=VOCAB)
+    each = check_boundaries(through_the_row, ids, documents, positions, vocab=VOCAB)
+    # shorter: documents 1 and 2 (not the one-token 0); longer: 0 and 1 (2's neighbour ends the row)
+    assert grouped.moves == each.moves == 2 + 2
+    assert {(m.change, m.document) for m in grouped.moved if m.change == SHORTER} <= {(SHORTER, 1), (SHORTER, 2)}
+
+
+def test_bad_positions_are_named_and_a_sample_moves_what_the_one_a_forward_check_moves():
+    from tensorcad.errors import TensorcadError
+
+    ids, documents, positions = row_batch()
+    try:
+        check_boundaries_grouped(own, ids, documents, positions[:, :3], vocab=VOCAB)
+    except TensorcadError as error:
+        assert error.path == "positions"
+    else:
+        raise AssertionError("positions of another shape were taken")
+    grouped = check_boundaries_grouped(through_the_row, ids, documents, positions, vocab=VOCAB, sample=2)
+    each = check_boundaries(through_the_row, ids, documents, positions, vocab=VOCAB, sample=2)
+    assert grouped.moves == each.moves == 2  # the same default seed: the same two moves
+    assert {(m.change, m.neighbour) for m in grouped.moved} == {(m.change, m.neighbour) for m in each.moved}
