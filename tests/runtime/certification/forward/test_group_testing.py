@@ -102,3 +102,59 @@ def test_one_document_leaking_into_several_names_each_with_its_first_moved_token
         assert leak.first_position == span(leak.moved_document)[0] + 2
     each = check_isolation(model, ids, documents, vocab=VOCAB)
     assert set(result.leaks) == set(each.leaks)  # the same leaks, the same shifts, the same figures
+
+
+def test_a_model_that_raises_is_named_with_how_many_documents_were_changed():
+    from tensorcad.errors import TensorcadError
+
+    ids, documents = batch()
+    for count, words in ((len(LENGTHS), f"{len(groups(len(LENGTHS))[0])} documents changed together"),
+                         (2, "1 document changed together")):
+        tokens = sum(LENGTHS[:count])
+        base = ids[:, :tokens].clone()
+
+        def breaks(x, d, p):
+            if not torch.equal(x, base):
+                raise RuntimeError("changed")
+            return own(x)
+
+        try:
+            check_isolation_grouped(breaks, base, documents[:, :tokens], vocab=VOCAB)
+        except TensorcadError as error:
+            assert f"model_fn ({words})" in str(error), str(error)
+        else:
+            raise AssertionError("a model that raises passed")
+
+
+def test_the_changed_tokens_keep_the_ids_dtype_and_a_sample_is_isolations():
+    ids, documents = batch()
+    seen = set()
+
+    def records(x, d, p):
+        seen.add(x.dtype)
+        return own(x.long())
+
+    check_isolation_grouped(records, ids.int(), documents, vocab=VOCAB)
+    assert seen == {torch.int32}
+
+    def reads_the_row(x, d, p):
+        return own(x) + x.float().sum() / 1000
+
+    grouped = check_isolation_grouped(reads_the_row, ids, documents, vocab=VOCAB, sample=3)
+    each = check_isolation(reads_the_row, ids, documents, vocab=VOCAB, sample=3)  # the same default seed
+    assert grouped.perturbed == each.perturbed == 3
+    assert {leak.document for leak in grouped.leaks} <= {leak.document for leak in each.leaks}
+
+
+def test_bad_positions_are_named_and_outputs_of_no_width_move_nothing():
+    from tensorcad.errors import TensorcadError
+
+    ids, documents = batch()
+    try:
+        check_isolation_grouped(lambda x, d, p: own(x), ids, documents, ids[:, :3], vocab=VOCAB)
+    except TensorcadError as error:
+        assert error.path == "positions"
+    else:
+        raise AssertionError("positions of another shape were taken")
+    empty = check_isolation_grouped(lambda x, d, p: torch.zeros(*x.shape, 0), ids, documents, vocab=VOCAB)
+    assert not empty.leaks and len(empty.still) == len(LENGTHS)  # nothing to move: every document still
