@@ -119,3 +119,70 @@ def test_bad_positions_are_named_and_a_sample_moves_what_the_one_a_forward_check
     each = check_boundaries(through_the_row, ids, documents, positions, vocab=VOCAB, sample=2)
     assert grouped.moves == each.moves == 2  # the same default seed: the same two moves
     assert {(m.change, m.neighbour) for m in grouped.moved} == {(m.change, m.neighbour) for m in each.moved}
+
+
+def test_every_grouped_move_and_forward_of_a_small_batch_written_out():
+    from tensorcad.runtime.certification.forward.grouped_boundaries import GroupedMove
+
+    ids, documents, positions = row_batch()
+    result = check_boundaries_grouped(through_the_row, ids, documents, positions, vocab=VOCAB)
+    # shorter: at even places pieces 0 and 3 (rows cut to 6), then piece 1 (row 1 cut to 6: its last piece not
+    # compared); longer: piece 0 (row 0's last piece pushed past the end). One base run and three edited ones.
+    assert result.forwards == 4 and result.moves == 4
+    assert list(result.moved) == [
+        GroupedMove(0, 0, SHORTER, 1, 2, 1.0, 0, shift=-1, edited=1),
+        GroupedMove(0, 0, SHORTER, 2, 5, 1.0, 0, shift=-1, edited=1),
+        GroupedMove(1, 0, SHORTER, 1, 4, 1.0, 0, shift=-1, edited=1),
+        GroupedMove(0, 0, LONGER, 1, 2, 1.0, 0, shift=1, edited=1)]
+
+
+def test_two_edited_documents_before_a_neighbour_shift_it_by_two_and_are_counted():
+    from tensorcad.runtime.certification.forward.grouped_boundaries import GroupedMove
+
+    documents = torch.tensor([[0, 0, 1, 1, 2, 2, 3, 3, 4, 4]])  # five documents of two tokens
+    ids = torch.arange(10)[None] + 1
+    positions = torch.tensor([[0, 1] * 5])
+    result = check_boundaries_grouped(through_the_row, ids, documents, positions, vocab=VOCAB)
+    shorter = [m for m in result.moved if m.change == SHORTER]
+    # even places 0 and 2 edited together: document 3 starts two tokens earlier, with two documents before it
+    assert GroupedMove(0, 2, SHORTER, 3, 6, 2.0, 0, shift=-2, edited=2) in shorter
+    assert result.largest == 2.0
+
+
+def test_the_token_a_longer_document_gains_is_the_one_a_forward_checks_and_a_tolerance_is_taken():
+    ids, documents, positions = row_batch()
+
+    def reads_the_token_before(x, d, p):  # each output reads the token before it in the row
+        before = torch.roll(x, 1, dims=1).float()
+        return torch.nn.functional.one_hot(x, VOCAB).float() + before[..., None] / 100
+
+    grouped = check_boundaries_grouped(reads_the_token_before, ids, documents, positions, vocab=VOCAB)
+    each = check_boundaries(reads_the_token_before, ids, documents, positions, vocab=VOCAB)
+    longer = {m.neighbour: m.largest for m in grouped.moved if m.change == LONGER}
+    assert longer and longer == {m.neighbour: m.largest for m in each.moved if m.change == LONGER}
+    relaxed = check_boundaries_grouped(through_the_row, ids, documents, positions, vocab=VOCAB, atol=1.0)
+    assert relaxed.passed and relaxed.tolerance == 1.0 and relaxed.largest == 1.0  # within: <=, not <
+
+
+def test_a_model_that_raises_on_an_edited_row_is_named_with_the_edit():
+    from tensorcad.errors import TensorcadError
+
+    ids, documents, positions = row_batch()
+
+    def only_the_batch(x, d, p):
+        if x.shape != ids.shape or not torch.equal(x, ids):
+            raise RuntimeError("edited")
+        return through_the_row(x, d, p)
+
+    try:
+        check_boundaries_grouped(only_the_batch, ids, documents, positions, vocab=VOCAB)
+    except TensorcadError as error:
+        assert "model_fn (2 documents one token shorter together)" in str(error)
+    else:
+        raise AssertionError("a model that raises passed")
+    try:
+        check_boundaries_grouped(lambda x, d, p: torch.zeros(1), ids, documents, positions, vocab=VOCAB)
+    except TensorcadError as error:
+        assert str(error) == "model_fn: outputs shaped (1,) do not start with (B, T) = (2, 7)"
+    else:
+        raise AssertionError("outputs of no (B, T) passed")
