@@ -158,3 +158,42 @@ def test_bad_positions_are_named_and_outputs_of_no_width_move_nothing():
         raise AssertionError("positions of another shape were taken")
     empty = check_isolation_grouped(lambda x, d, p: torch.zeros(*x.shape, 0), ids, documents, vocab=VOCAB)
     assert not empty.leaks and len(empty.still) == len(LENGTHS)  # nothing to move: every document still
+
+
+def test_the_result_holds_what_the_one_a_document_check_holds_and_its_own_counts():
+    ids, documents = batch()
+    grouped = check_isolation_grouped(lambda x, d, p: own(x) * 3.0, ids, documents, vocab=VOCAB)
+    each = check_isolation(lambda x, d, p: own(x) * 3.0, ids, documents, vocab=VOCAB)
+    for field in ("perturbed", "documents", "own_change", "still", "resolution", "dtype", "scale"):
+        assert getattr(grouped, field) == getattr(each, field), field
+    forwards = groups(len(LENGTHS))
+    tokens = sum(LENGTHS)
+    # every forward compares each token outside the documents it changes
+    assert grouped.compared == sum(tokens - sum(LENGTHS[i] for i in g) for g in forwards)
+    assert grouped.forwards == len(forwards) + 1
+    assert grouped.method == f"group testing ({len(forwards)} forwards for {len(LENGTHS)} documents)"
+
+
+def test_a_leak_into_the_first_document_is_named_and_a_nan_change_counts_as_still():
+    ids, documents = batch()
+
+    def backwards(x, d, p):  # document 0's outputs read document 5's tokens
+        out = own(x)
+        a, b = span(5)
+        out[0, :LENGTHS[0]] += x[0, a:b].float().sum() / 100
+        return out
+
+    result = check_isolation_grouped(backwards, ids, documents, vocab=VOCAB)
+    assert [(leak.document, leak.moved_document) for leak in result.leaks] == [(5, 0)]
+    base = ids.clone()
+
+    def nan_when_changed(x, d, p):  # document 2's own outputs turn NaN once its tokens change
+        out = own(x)
+        a, b = span(2)
+        if not torch.equal(x[0, a:b], base[0, a:b]):
+            out[0, a:b] = float("nan")
+        return out
+
+    grouped = check_isolation_grouped(nan_when_changed, ids, documents, vocab=VOCAB)
+    each = check_isolation(nan_when_changed, ids, documents, vocab=VOCAB)
+    assert grouped.still == each.still == ((0, 2),) and not grouped.leaks
