@@ -96,3 +96,48 @@ def test_half_precision_spreads_its_exponents_less():
     ids, documents, _ = batch()
     result = check_gradients_weighted(model, ids, documents)
     assert result.passed and result.backwards == 3
+
+
+def test_a_sample_is_weighted_too_and_its_documents_are_the_one_a_document_checks():
+    model = Tiny()
+    sampled = check_gradients_weighted(model, *batch(), sample=2)
+    assert sampled.passed and sampled.losses == 2 and sampled.backwards == 3
+    assert sampled.method == "3 weighted backward passes for 2 documents"  # the unsampled ones got no gradient
+    leaky = Tiny(mix=0.5)
+    each = check_gradient_isolation(leaky, *batch(), sample=2)  # the same default seed: the same two documents
+    assert {leak.document for leak in check_gradients_weighted(leaky, *batch(), sample=2).leaks} == \
+        {leak.document for leak in each.leaks}
+
+
+def test_the_embedding_given_and_the_positions_reach_the_model():
+    class TwoTables(Tiny):
+        def __init__(self):
+            super().__init__()
+            self.other = nn.Embedding(VOCAB, 8)
+
+        def forward(self, ids, documents, positions):
+            assert positions is not None  # the batch's positions, passed on
+            return self.out(self.embed(ids) + self.other(ids))
+
+    ids, documents, _ = batch()
+    positions = torch.zeros_like(ids)
+    model = TwoTables()
+    result = check_gradients_weighted(model, ids, documents, positions, embedding=model.other)
+    assert result.passed and result.embedding == check_gradient_isolation(
+        model, ids, documents, positions, embedding=model.other).embedding
+    from tensorcad.errors import TensorcadError
+
+    with pytest.raises(TensorcadError, match=r"^positions: shape"):
+        check_gradients_weighted(model, ids, documents, positions[:, :2])
+
+
+@pytest.mark.parametrize("dtype, count, weighted", [
+    (torch.float32, 100, True),   # 33 x 33 codes at float32's spread of 16
+    (torch.float16, 81, True),    # 9 x 9 codes at half precision's spread of 4
+    (torch.float16, 82, False),   # one more than half precision's codes: one backward a document
+])
+def test_the_spread_is_the_outputs_dtypes_and_bounds_the_documents_weighed(dtype, count, weighted):
+    model = Tiny().to(dtype)
+    ids, documents, _ = batch((1,) * count)
+    result = check_gradients_weighted(model, ids, documents)
+    assert result.passed and result.backwards == (3 if weighted else count)
