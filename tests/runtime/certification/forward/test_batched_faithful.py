@@ -146,3 +146,56 @@ def test_the_tolerance_is_the_outputs_dtypes_and_the_sample_is_faithfuls():
     each = check_faithful(reads_the_row, ids, documents, positions, sample=2)  # the same default seed: the same two
     assert sampled.compared == each.compared == 2
     assert {(d.row, d.document) for d in sampled.differences} == {(d.row, d.document) for d in each.differences}
+
+
+def test_the_buckets_exactly_the_first_cheapest_cut():
+    def first_cheapest(lengths):
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        if len(order) < 2:
+            return [order] if order else []
+        cost = lambda part: len(part) * lengths[part[-1]] if part else 0  # noqa: E731
+        costs = [cost(order[:k]) + cost(order[k:]) for k in range(1, len(order) + 1)]
+        k = 1 + costs.index(min(costs))
+        return [p for p in (order[:k], order[k:]) if p]
+
+    for lengths in ([4, 4], [1, 9], [5, 5, 5], [2, 3], [9, 1, 8, 2], [3, 3, 3, 10], [6, 1, 1, 1, 1, 6], [7]):
+        assert buckets(lengths) == first_cheapest(lengths), lengths
+
+
+def test_each_padded_batch_is_a_bucket_at_its_longest_document():
+    ids, documents, positions = batch()
+    shapes = []
+
+    def records(x, d, p):
+        shapes.append(tuple(x.shape))
+        return own(x, d, p)
+
+    check_faithful_batched(records, ids, documents, positions)
+    wanted = [(len(part), max(LENGTHS[i] for i in part)) for part in buckets(list(LENGTHS))]
+    assert shapes[1:] == wanted  # after the packed run
+
+
+def test_the_one_a_call_fallback_keeps_every_setting():
+    ids, documents, positions = batch()
+
+    def one_row_only(x, d, p):
+        if x.shape[0] > 1:
+            raise ValueError("one row at a time")
+        assert p is not None  # the batch's positions, passed on
+        return own(x, d, p)
+
+    result = check_faithful_batched(one_row_only, ids, documents, positions, atol=0.5, sample=3, seed=4)
+    each = check_faithful(one_row_only, ids, documents, positions, atol=0.5, sample=3, seed=4)
+    assert result.tolerance == each.tolerance == 0.5 and result.compared == each.compared == 3
+    assert result.calls == each.calls
+    alone = check_faithful_batched(one_row_only, ids, documents, positions, alone_fn=one_row_only)
+    assert alone.reference == check_faithful(one_row_only, ids, documents, positions, alone_fn=one_row_only).reference
+
+
+def test_a_padded_batch_whose_outputs_are_no_tensor_is_named():
+    from tensorcad.errors import TensorcadError
+
+    ids, documents, positions = batch()
+    with pytest.raises(TensorcadError, match=r"model_fn \(documents alone as rows of a padded batch\)"):
+        check_faithful_batched(lambda x, d, p: own(x, d, p) if x.shape[0] == 1 else "no tensor",
+                               ids, documents, positions)
