@@ -197,3 +197,19 @@ def test_a_leak_into_the_first_document_is_named_and_a_nan_change_counts_as_stil
     grouped = check_isolation_grouped(nan_when_changed, ids, documents, vocab=VOCAB)
     each = check_isolation(nan_when_changed, ids, documents, vocab=VOCAB)
     assert grouped.still == each.still == ((0, 2),) and not grouped.leaks
+
+
+def test_no_documents_need_no_forward_and_outputs_not_shaped_by_the_batch_are_named():
+    from tensorcad.errors import TensorcadError
+
+    assert groups(0) == [] and groups(1) == [(0,)]
+    empty = torch.zeros(1, 0, dtype=torch.long)
+    result = check_isolation_grouped(lambda x, d, p: own(x), empty, empty, vocab=VOCAB)
+    assert result.perturbed == 0 and result.own_change == 0.0 and result.forwards == 1
+    ids, documents = batch()
+    try:
+        check_isolation_grouped(lambda x, d, p: torch.zeros(3), ids, documents, vocab=VOCAB)
+    except TensorcadError as error:
+        assert str(error) == f"model_fn: outputs shaped (3,) do not start with (B, T) = (1, {sum(LENGTHS)})"
+    else:
+        raise AssertionError("outputs of no (B, T) passed")
