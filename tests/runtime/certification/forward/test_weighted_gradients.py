@@ -141,3 +141,39 @@ def test_the_spread_is_the_outputs_dtypes_and_bounds_the_documents_weighed(dtype
     ids, documents, _ = batch((1,) * count)
     result = check_gradients_weighted(model, ids, documents)
     assert result.passed and result.backwards == (3 if weighted else count)
+
+
+def test_the_fall_back_keeps_every_setting_and_the_bound_is_inclusive():
+    class TwoTables(Tiny):
+        def __init__(self):
+            super().__init__(mix=0.5)
+            self.other = nn.Embedding(VOCAB, 8)
+
+        def forward(self, ids, documents, positions):
+            assert positions is not None
+            h = self.embed(ids) + self.other(ids)
+            return self.out(h + self.mix * h.mean(dim=1, keepdim=True))
+
+    ids, documents, _ = batch()
+    positions = torch.zeros_like(ids)
+    model = TwoTables()
+    options = dict(embedding=model.other, sample=3, seed=2)
+    weighted = check_gradients_weighted(model, ids, documents, positions, **options)
+    each = check_gradient_isolation(model, ids, documents, positions, **options)
+    assert not weighted.passed and weighted.leaks == each.leaks and weighted.losses == each.losses == 3
+    assert weighted.embedding == each.embedding
+    width = 2 * SPREAD + 1
+    ids, documents, _ = batch((1,) * width ** 2)  # exactly as many documents as codes: still weighed
+    assert check_gradients_weighted(Tiny(), ids, documents).backwards == 3
+
+
+def test_a_model_whose_outputs_ignore_the_embeddings_is_refused_as_the_one_a_document_check_refuses_it():
+    from tensorcad.errors import TensorcadError
+
+    class Ignores(Tiny):
+        def forward(self, ids, documents, positions=None):
+            return self.out(torch.ones(*ids.shape, 8))
+
+    for check in (check_gradients_weighted, check_gradient_isolation):
+        with pytest.raises(TensorcadError, match=r"^embedding: no embedding module read the ids"):
+            check(Ignores(), *batch())
