@@ -177,3 +177,23 @@ def test_a_model_whose_outputs_ignore_the_embeddings_is_refused_as_the_one_a_doc
     for check in (check_gradients_weighted, check_gradient_isolation):
         with pytest.raises(TensorcadError, match=r"^embedding: no embedding module read the ids"):
             check(Ignores(), *batch())
+
+
+def test_past_the_codes_the_one_at_a_time_check_gets_the_embedding_and_positions():
+    class ReadsOther(Tiny):  # the outputs read the second table only: held at the first, every document is still
+        def __init__(self):
+            super().__init__()
+            self.other = nn.Embedding(VOCAB, 8)
+
+        def forward(self, ids, documents, positions):
+            assert positions is not None
+            return self.out(0 * self.embed(ids) + self.other(ids))
+
+    count = (2 * SPREAD + 1) ** 2 + 1
+    ids, documents, _ = batch((1,) * count)
+    model = ReadsOther()
+    positions = torch.zeros_like(ids)
+    assert not check_gradients_weighted(model, ids[:, :9], documents[:, :9], positions[:, :9]).passed  # held: embed
+    result = check_gradients_weighted(model, ids, documents, positions, embedding=model.other)
+    assert result.passed and result.losses == count
+    assert result.method == f"one backward a document: {count} documents need more than three passes"
