@@ -64,6 +64,9 @@ def check_gradients_weighted(
     _check_inputs(ids, documents, positions, vocab=2)
     pieces = segments(documents)
     chosen = pick(len(pieces), sample, seed)
+    if not chosen:  # no document, no loss to take back (its gradient would have no token to lie on)
+        return _said(check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
+                                              sample=sample, seed=seed), "no document: nothing taken back")
     with held_embeddings(model_fn, ids, embedding) as (leaf, note):
         with torch.enable_grad():
             out = _train_outputs(model_fn, ids, documents, positions, leaf)

@@ -197,3 +197,17 @@ def test_past_the_codes_the_one_at_a_time_check_gets_the_embedding_and_positions
     result = check_gradients_weighted(model, ids, documents, positions, embedding=model.other)
     assert result.passed and result.losses == count
     assert result.method == f"one backward a document: {count} documents need more than three passes"
+
+
+def test_the_result_in_full_its_seeded_sample_and_an_empty_batch():
+    result = check_gradients_weighted(Tiny(), *batch())
+    assert result.leaks == () and result.note == "" and result.embedding == "embed"
+    for seed in range(4):  # which documents a seeded sample holds: the one-a-document check's own
+        weighted = check_gradients_weighted(Tiny(deaf=1), *batch(), sample=2, seed=seed)
+        each = check_gradient_isolation(Tiny(deaf=1), *batch(), sample=2, seed=seed)
+        assert weighted.still == each.still and weighted.losses == 2
+    empty = torch.zeros(1, 0, dtype=torch.long)
+    nothing = check_gradients_weighted(Tiny(), empty, empty)
+    # a raw RuntimeError before (a gradient of no token reshaped to (1, 0, -1))
+    assert nothing.losses == nothing.documents == 0 and nothing.backwards == 0 and not nothing.passed
+    assert nothing.method == "no document: nothing taken back"
