@@ -147,6 +147,9 @@ def test_two_edited_documents_before_a_neighbour_shift_it_by_two_and_are_counted
     # even places 0 and 2 edited together: document 3 starts two tokens earlier, with two documents before it
     assert GroupedMove(0, 2, SHORTER, 3, 6, 2.0, 0, shift=-2, edited=2) in shorter
     assert result.largest == 2.0
+    # the base run, then each parity once each way: shorter {0, 2} and {1, 3}, longer {0, 2} and {1}, every move
+    # covered (no neighbour run alone)
+    assert result.forwards == 5 and result.moves == 4 + 3
 
 
 def test_the_token_a_longer_document_gains_is_the_one_a_forward_checks_and_a_tolerance_is_taken():
