@@ -65,17 +65,16 @@ def check_gradients_weighted(
     pieces = segments(documents)
     chosen = pick(len(pieces), sample, seed)
     if not chosen:  # no document, no loss to take back (its gradient would have no token to lie on)
-        return _said(check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
-                                              sample=sample, seed=seed), "no document: nothing taken back")
+        return _said(check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding),
+                     "no document: nothing taken back")
     with held_embeddings(model_fn, ids, embedding) as (leaf, note):
         with torch.enable_grad():
             out = _train_outputs(model_fn, ids, documents, positions, leaf)
             spread = 4 if out.dtype == torch.float16 else SPREAD
             scales = exponents(len(chosen), spread, seed)
             generator = torch.Generator().manual_seed(seed)
-            weights = torch.randn(out.shape, generator=generator, dtype=torch.float32).to(out.device, out.dtype)
-            passes = [torch.zeros(ids.shape, dtype=out.dtype, device=out.device)
-                      for _ in range(1 + len(scales[0]) if scales else 1)]
+            weights = torch.randn(out.shape, generator=generator, dtype=torch.float32).to(out)  # drawn in float32: seeded alike at any dtype
+            passes = [out.new_zeros(ids.shape) for _ in range(1 + len(scales[0]))]
             for index, exps in zip(chosen, scales):
                 row, _, first, end = pieces[index]
                 passes[0][row, first:end] = 1
@@ -87,9 +86,8 @@ def check_gradients_weighted(
                 (grad,) = torch.autograd.grad(out, leaf.leaf, grad_outputs=cotangent,
                                               retain_graph=n < len(passes) - 1, allow_unused=True)
                 grads.append(grad.reshape(*ids.shape, -1) if grad is not None else None)
-    if grads is None:
-        result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
-                                          sample=sample, seed=seed)
+    if grads is None:  # past the codes every document is chosen (sample None or at least their number): no sample
+        result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding)
         return _said(result, f"one backward a document: {len(chosen)} documents need more than three passes")
     if any(g is None for g in grads) or not _consistent(grads, passes):
         result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
