@@ -73,7 +73,8 @@ def check_gradients_weighted(
             spread = 4 if out.dtype == torch.float16 else SPREAD
             scales = exponents(len(chosen), spread, seed)
             generator = torch.Generator().manual_seed(seed)
-            weights = torch.randn(out.shape, generator=generator, dtype=torch.float32).to(out)  # drawn in float32: seeded alike at any dtype
+            # drawn in float32, so one seed gives one draw at any dtype, then cast to the outputs'
+            weights = torch.randn(out.shape, generator=generator, dtype=torch.float32).to(out)
             passes = [out.new_zeros(ids.shape) for _ in range(1 + len(scales[0]))]
             for index, exps in zip(chosen, scales):
                 row, _, first, end = pieces[index]
