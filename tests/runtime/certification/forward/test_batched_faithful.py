@@ -199,3 +199,40 @@ def test_a_padded_batch_whose_outputs_are_no_tensor_is_named():
     with pytest.raises(TensorcadError, match=r"model_fn \(documents alone as rows of a padded batch\)"):
         check_faithful_batched(lambda x, d, p: own(x, d, p) if x.shape[0] == 1 else "no tensor",
                                ids, documents, positions)
+
+
+@pytest.mark.parametrize("fault", ["raises", "shape"])
+def test_each_fall_back_keeps_the_settings_and_names_what_the_one_a_call_check_names(fault):
+    ids, documents, positions = batch()
+    T = ids.shape[1]
+
+    def off_when_packed(x, d, p):  # padded batches refused; the packed row off by one: every document unfaithful
+        if x.shape[0] > 1:
+            if fault == "raises":
+                raise ValueError("one row at a time")
+            return own(x, d, p)[:, :1]
+        assert p is not None
+        return own(x, d, p) + float(x.shape[1] == T)
+
+    options = dict(atol=0.5, sample=3, seed=4)
+    result = check_faithful_batched(off_when_packed, ids, documents, positions, **options)
+    each = check_faithful(off_when_packed, ids, documents, positions, **options)
+    assert set(result.differences) == set(each.differences) and len(each.differences) == 3
+    assert result.tolerance == 0.5 and result.reference == each.reference
+    alone = check_faithful_batched(off_when_packed, ids, documents, positions, alone_fn=off_when_packed)
+    assert alone.reference == check_faithful(off_when_packed, ids, documents, positions,
+                                             alone_fn=off_when_packed).reference
+
+
+def test_a_tolerance_of_zero_holds_an_exact_model_and_the_words_say_how_many_ran_alone():
+    ids, documents, positions = batch()
+    exact = check_faithful_batched(own, ids, documents, positions, atol=0.0)
+    assert exact.passed and exact.reference == check_faithful(own, ids, documents, positions).reference
+
+    def reads_the_row(x, d, p):
+        return own(x, d, p) + x.float().mean(dim=1, keepdim=True)[..., None]
+
+    result = check_faithful_batched(reads_the_row, ids, documents, positions)
+    calls = 1 + len(buckets(list(LENGTHS))) + len(LENGTHS)
+    assert result.method == (f"{calls} calls: the documents alone as rows of padded batches "
+                             f"({len(LENGTHS)} beyond the tolerance there run alone)")
