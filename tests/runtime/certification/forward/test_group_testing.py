@@ -213,3 +213,18 @@ def test_no_documents_need_no_forward_and_outputs_not_shaped_by_the_batch_are_na
         assert str(error) == f"model_fn: outputs shaped (3,) do not start with (B, T) = (1, {sum(LENGTHS)})"
     else:
         raise AssertionError("outputs of no (B, T) passed")
+
+
+def test_a_leak_of_nan_is_a_leak_named_with_its_nan():
+    ids, documents = batch()
+    base = ids.clone()
+
+    def nan_next_door(x, d, p):  # document 3 turns NaN when document 1 changes
+        out = own(x)
+        if not torch.equal(x[0, slice(*span(1))], base[0, slice(*span(1))]):
+            out[0, slice(*span(3))] = float("nan")
+        return out
+
+    result = check_isolation_grouped(nan_next_door, ids, documents, vocab=VOCAB)
+    [leak] = result.leaks
+    assert (leak.document, leak.moved_document) == (1, 3) and leak.largest != leak.largest
