@@ -89,11 +89,11 @@ class Guard:
                  certify_on: Any = "replica", on_failure: str = "raise", lengths: Any = None,
                  eos_id: int | None = None):
         if not isinstance(first, int) or first < 0:
-            raise TensorcadError("first", f"the steps audited first are a count >= 0, not {first!r}")
+            raise TensorcadError("first", f"the steps audited first are a count >= 0, not {shown(first)}")
         if every is not None and (not isinstance(every, int) or every < 1):
-            raise TensorcadError("every", f"a sampling interval is a step count >= 1, not {every!r}")
+            raise TensorcadError("every", f"a sampling interval is a step count >= 1, not {shown(every)}")
         if on_failure not in ON_FAILURE:
-            raise TensorcadError("on_failure", f"{on_failure!r} is not one of {', '.join(ON_FAILURE)}")
+            raise TensorcadError("on_failure", f"{shown(on_failure)} is not one of {', '.join(ON_FAILURE)}")
         self.first, self.every, self.on_failure = first, every, on_failure
         self.certificates = _certificates(certificates)
         if not (certify_on is None or certify_on == "replica" or (callable(certify_on)

@@ -153,3 +153,27 @@ def test_a_2000_character_option_value_is_cut_in_argparse_s_line(capsys, argv):
     (2,011 characters; issue 47, round three)."""
     err = refused(capsys, *argv, "z" * 2000)
     assert "z" * 80 + "..." in err and "z" * 81 not in err
+
+
+@pytest.mark.parametrize("address", ["tcp://\xadK:1:30", "tcp://a:1:30", "tcp://h\u00f6st:8786", "tcp://[::1:8786",
+                                     "tcp://[nothost]:8786"])
+def test_a_host_that_is_no_host_name_is_refused_before_any_connection(address):
+    # the slow fuzz drew 'tcp://\xadK:1:30' (host '\xadK', port '1:30'): it was read as host '\xadK:1', port 30
+    from tensorcad.errors import TensorcadError
+    from tensorcad.packing.corpus.scheduler import checked_address
+
+    with pytest.raises(TensorcadError, match=r"is no host name|expected tcp://HOST:PORT"):
+        checked_address(address)
+    assert checked_address("tcp://[::1]:8786") == ("::1", 8786)
+    assert checked_address("10.0.0.5:8786") == ("10.0.0.5", 8786)
+    assert checked_address("tcp://sched-1.cluster.local:8786") == ("sched-1.cluster.local", 8786)
+
+
+def test_a_guard_setting_of_2000_characters_is_cut_in_its_refusal():
+    from tensorcad.errors import TensorcadError
+    from tensorcad.guard import Guard
+
+    for option in ("on_failure", "first", "every"):
+        with pytest.raises(TensorcadError) as caught:
+            Guard(**{option: "x" * 2000})
+        assert len(str(caught.value)) <= 300, (option, len(str(caught.value)))

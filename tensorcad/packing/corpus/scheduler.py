@@ -12,6 +12,8 @@ with a frame length a greeting can have, before the client connects.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import socket
 import struct
 
@@ -32,12 +34,25 @@ def checked_address(address: str, option: str = OPTION) -> tuple[str, int]:
     if scheme != "tcp":
         raise TensorcadError(option, f"{shown(address)}: only tcp:// schedulers are supported (got {shown(scheme)}://)")
     host, colon, port = rest.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
     if not colon or not host or not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
         raise TensorcadError(option, f"{shown(address)}: expected tcp://HOST:PORT, a port in 1..65535")
-    if any(c.isspace() or c in "/?#@" for c in host) or len(host) > 253:
+    if not (_ipv6(host) if bracketed else _HOST.fullmatch(host)) or len(host) > 253:
+        # a colon outside brackets ('tcp://a:1:30' is host 'a', port '1:30'), a space, a non-ASCII letter
         raise TensorcadError(option, f"{shown(address)}: {shown(host)} is no host name")
     return host, int(port)
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.-]+")  # a DNS name or an IPv4 address; an IPv6 one goes in brackets
+
+
+def _ipv6(host: str) -> bool:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def probe(address: str, option: str = OPTION, seconds: float | None = None) -> str:
