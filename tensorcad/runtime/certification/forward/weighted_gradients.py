@@ -87,8 +87,9 @@ def check_gradients_weighted(
                 (grad,) = torch.autograd.grad(out, leaf.leaf, grad_outputs=cotangent,
                                               retain_graph=n < len(passes) - 1, allow_unused=True)
                 grads.append(grad.reshape(*ids.shape, -1) if grad is not None else None)
-    if grads is None:  # past the codes every document is chosen (sample None or at least their number): no sample
-        result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding)
+    if grads is None:
+        result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,
+                                          sample=sample, seed=seed)
         return _said(result, f"one backward a document: {len(chosen)} documents need more than three passes")
     if any(g is None for g in grads) or not _consistent(grads, passes):
         result = check_gradient_isolation(model_fn, ids, documents, positions, embedding=embedding,

@@ -211,3 +211,12 @@ def test_the_result_in_full_its_seeded_sample_and_an_empty_batch():
     # a raw RuntimeError before (a gradient of no token reshaped to (1, 0, -1))
     assert nothing.losses == nothing.documents == 0 and nothing.backwards == 0 and not nothing.passed
     assert nothing.method == "no document: nothing taken back"
+
+
+def test_a_sample_past_the_codes_is_the_one_at_a_time_checks_sample():
+    # a sample of 1,100 of 1,200 documents is more than the codes tell apart: taken back one at a time, those 1,100
+    ids, documents, _ = batch((1,) * 1200)
+    for seed in (0, 3):
+        weighted = check_gradients_weighted(Tiny(deaf=7), ids, documents, sample=1100, seed=seed)
+        each = check_gradient_isolation(Tiny(deaf=7), ids, documents, sample=1100, seed=seed)
+        assert weighted.losses == each.losses == 1100 and weighted.still == each.still
