@@ -117,7 +117,7 @@ def diagnose(model: Any, kwargs: dict[str, Any], positions: Any = None) -> str |
         return ("pass position_ids: without them transformers counts positions straight through the row and "
                 "cannot see where documents begin (the collator's position_ids, or "
                 "tensorcad.packing.positions_of(documents)), with use_cache=False")
-    if isinstance(mask, torch.Tensor) and mask.dim() == 2 and bool((mask == 1).all()) and packed:
+    if ones and packed:
         return ("drop the all-ones attention_mask: transformers detects packed documents from restarting "
                 "position_ids only when attention_mask is None")
     if packed and mask is None:

@@ -85,12 +85,11 @@ class LossResult:
         return ", ".join(told) + (f", and {more} more" if more > 0 else "")
 
     def message(self) -> str:
-        if self.router is None:
-            return self._message()
-        what = "cross-entropy (its loss less the router's term)"
-        return f"{self._message()}; {self.router.message()}".replace(self.what, f"{self.what}'s {what}", 1)
+        return self._message() if self.router is None else f"{self._message()}; {self.router.message()}"
 
     def _message(self) -> str:
+        # with a router's term taken out, what is compared is the loss's cross-entropy
+        what = self.what if self.router is None else f"{self.what}'s cross-entropy (its loss less the router's term)"
         note = f" ({self.note})" if self.note else ""
         figures = f"gap {self.gap:.3g}, tolerance {self.tolerance:.3g}"
         w = self.weights
@@ -104,9 +103,9 @@ class LossResult:
                 how = ("; not a weighted cross-entropy, so its value alone is compared"
                        + (f", and on this batch {', '.join(f'`{n}`' for n in alike)} gives the same value" if alike
                           else ""))
-            return (f"{self.what} {self.packed:.6g} equals {self.against} under `{self.reduction}` "
+            return (f"{what} {self.packed:.6g} equals {self.against} under `{self.reduction}` "
                     f"({self.reference:.6g}; {figures}){how}{note}")
-        head = (f"{self.what} {self.packed:.6g} is not {self.against} under `{self.reduction}` "
+        head = (f"{what} {self.packed:.6g} is not {self.against} under `{self.reduction}` "
                 f"({self.reference:.6g}; {figures})")
         if w is not None and w.mistrained:
             more = len(w.mistrained) - 1
