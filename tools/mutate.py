@@ -92,6 +92,19 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     # the guard's audit of each batch a run feeds its model
     "guard_audit": (["tensorcad/guard/audit.py"], ["tests/guard/test_audit.py", "tests/guard/test_audit_exact.py",
                                                    "tests/guard/test_check_batch.py"]),
+    # the data path (issue 45): coverage and its pieces, the counts merged at scale, the boundaries the batch
+    # and the kernel carry; the Dask cluster's test is under -m slow, the merge it runs is tested here
+    **{name: ([f"tensorcad/{source}" for source in sources], tests)
+       for name, sources, tests in (
+           ("data_coverage", ["runtime/certification/data/coverage.py", "runtime/certification/data/pieces.py"],
+            ["tests/runtime/certification/data/test_coverage.py", "tests/runtime/certification/data/test_data_checks.py"]),
+           ("data_at_scale", ["runtime/certification/data/at_scale.py"],
+            ["tests/runtime/certification/data/test_coverage_at_scale.py"]),
+           ("data_boundaries", ["runtime/certification/data/boundaries.py", "runtime/certification/data/checks.py"],
+            ["tests/runtime/certification/data/test_data_boundaries.py",
+             "tests/runtime/certification/data/test_data_checks.py"]),
+           ("guard_kernel", ["guard/kernel.py"], ["tests/guard/test_guard_data_boundaries.py"]),
+       )},
 }
 
 # What the tests import or read besides the package under mutation.
