@@ -19,6 +19,7 @@ from ..errors import TensorcadError, as_text
 from ..packing import Packing
 from .attention import ROWS, keys_per_query
 from .blocks import block_counts
+from .capacity import CapacityDrops, capacity_drops
 from .context_parallel.report import ContextParallelReport, context_parallel_report
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
 from .layers import LayerFlops, layer_flops
@@ -81,6 +82,7 @@ class Report:
     warnings: tuple[str, ...] = ()  # what the figures hold true only under (a sequence past the context)
     cp: ContextParallelReport | None = None  # training split across ranks: counted from the slowest
     layers: tuple[LayerFlops, ...] = ()  # a design with stateful mixers: each block, its FLOPs a token
+    capacity: tuple[CapacityDrops, ...] = ()  # capacity-bound experts: the routings they drop (analysis.capacity)
 
     @property
     def training_flops(self) -> Flops:
@@ -112,6 +114,8 @@ class Report:
             out["contextParallel"] = self.cp.to_json()
         if self.layers:
             out["layers"] = [layer.to_json() for layer in self.layers]
+        if self.capacity:
+            out["capacity"] = [drops.to_json() for drops in self.capacity]
         return out
 
 
@@ -238,6 +242,7 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         cp=cp,
         layers=tuple(layer_flops(design, op.seq, op.packing if packed is not None else None, op.seed))
         if mixers(design) else (),
+        capacity=capacity_drops(design, op.seq, op.packing, op.seed, ROWS),
     )
 
 
@@ -285,6 +290,12 @@ def render(report: Report):
         t.add_row(f"  one {layer.block or layer.name} layer", si(layer.fwd_per_token, "FLOP"),
                   f"{layer.mixer}, {layer.layers} layer{'s' if layer.layers != 1 else ''}{packed}; {moves}")
     t.add_row("train / token", si(f.train_per_token, "FLOP"), "3 x forward")
+    for drops in report.capacity:  # analysis.capacity: what a capacity factor turns away
+        group = "row" if drops.scope == "row" else f"micro-batch of {drops.micro_batch} row(s)"
+        packed = ("" if drops.packed is None else f"; packed {drops.packed:.3%}"
+                  + (f" ± {100 * drops.packed_error:.2g} points" if drops.packed_error else " (exact)"))
+        t.add_row(f"  {drops.node} drops", f"{drops.unpacked:.3%}",
+                  f"of routings at capacity {drops.factor:g} a {group}, a balanced router; one document a row{packed}")
     if report.packed is not None:
         k = report.packed
         t.add_row("packed train / token", si(k.train_per_token, "FLOP"), "the training figure: cost counts from it")
