@@ -118,3 +118,70 @@ def test_an_aux_loss_that_pools_the_padding_fails_eval_parity_naming_it():
             "load_balancing_loss_func with no attention_mask): pass the mask to the aux loss") in parity.message()
     with pytest.raises(CertificateError, match="router's auxiliary loss"):
         assert_step_loss(mixtral(PoolsPadding), packed_batch())
+
+
+def sequence_wise(logits, experts, top_k, sequences) -> torch.Tensor:
+    """A sequence-wise load-balancing loss (DeepSeek-V3's complementary one): transformers' function over each
+    sequence's tokens alone, averaged. ``sequences``: a list of (row, first, end) spans of the (B, T) batch."""
+    rows = sequences[-1][0] + 1 if sequences else 1
+    width = logits[0].shape[0] // rows
+    terms = [modeling_mixtral.load_balancing_loss_func(
+        tuple(layer.reshape(rows, width, -1)[r, a:b] for layer in logits), experts, top_k)
+        for r, a, b in sequences]
+    return torch.stack(terms).mean()
+
+
+class SequenceWise(transformers.MixtralForCausalLM):
+    """An aux loss of scope 'sequence' done right under packing: each document is a sequence (position_ids
+    restart at it); unpacked, each row's real tokens are."""
+
+    per_document = True
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None, **kwargs):
+        out = super().forward(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              **kwargs)
+        rows, width = input_ids.shape
+        if position_ids is not None and self.per_document:
+            spans = [(r, int(a), int(b)) for r in range(rows) for a, b in zip(
+                *(lambda s: (s, s[1:] + [width]))((position_ids[r] == 0).nonzero().flatten().tolist()))]
+        elif attention_mask is not None:
+            spans = [(r, 0, int(attention_mask[r].sum())) for r in range(rows)]
+        else:
+            spans = [(r, 0, width) for r in range(rows)]
+        aux = sequence_wise(out.router_logits, self.num_experts, self.num_experts_per_tok, spans)
+        if out.loss is not None:
+            out.loss = out.loss - self.router_aux_loss_coef * out.aux_loss + self.router_aux_loss_coef * aux
+        out.aux_loss = aux
+        return out
+
+
+class RowAsSequence(SequenceWise):
+    """Megatron-LM #5696: the sequence-wise aux loss over the packed row, every document in it one sequence."""
+
+    per_document = False
+
+
+def test_a_sequence_wise_aux_loss_passes_per_document_and_fails_over_the_packed_row_naming_the_scope():
+    batch = packed_batch()
+    clean = certify_step(mixtral(SequenceWise), batch, only=["eval[parity]"]).results["eval[parity]"]
+    assert clean.passed, clean.message()
+    # the test's own figures: the mean of the documents' own terms, and the one over the row
+    model = mixtral(SequenceWise)
+    with torch.no_grad():
+        logits = model(**batch).router_logits
+    starts = [0]
+    for n in LENGTHS:
+        starts.append(starts[-1] + n)
+    per_document = float(sequence_wise(logits, 4, 2, [(0, a, b) for a, b in zip(starts, starts[1:])]))
+    over_row = float(sequence_wise(logits, 4, 2, [(0, 0, sum(LENGTHS))]))
+    assert clean.router.packed == pytest.approx(per_document, rel=1e-5)
+    assert abs(over_row - per_document) > 1e-2
+    fault = certify_step(mixtral(RowAsSequence), batch, only=["eval[parity]"]).results["eval[parity]"]
+    assert not fault.passed and fault.value_passed and fault.router.row_as_sequence
+    assert fault.router.packed == pytest.approx(over_row, rel=1e-5)
+    assert fault.router.padded == pytest.approx(per_document, rel=1e-5)
+    assert "over each packed row as one sequence" in fault.message() and "Megatron-LM #5696" in fault.message()
+    assert "padding tokens" not in fault.message()
+    # the two other faults' diagnoses stay apart: a pooled-padding model is not called a scope
+    pools = certify_step(mixtral(PoolsPadding), batch, only=["eval[parity]"]).results["eval[parity]"]
+    assert pools.router.padding_counted and not pools.router.row_as_sequence

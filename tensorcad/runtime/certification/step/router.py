@@ -28,6 +28,7 @@ class RouterAux:
     aux: torch.Tensor  # 0-d, with its graph when the forward had one
     pooled_with_padding: float | None = None  # the family's load_balancing_loss_func with no mask (padded runs)
     padding: int = 0  # the padding tokens of the run
+    per_row: float | None = None  # the family's function over each row's tokens alone, averaged: a row as a sequence
 
     @property
     def term(self) -> torch.Tensor:
@@ -50,11 +51,38 @@ def router_aux(model: Any, out: Any, real: torch.Tensor | None = None) -> Router
         return None
     aux = aux.to(out.loss.device) if getattr(out, "loss", None) is not None else aux
     padding = 0 if real is None else int((~real).sum())
-    return RouterAux(float(coef), aux, _unmasked(model, out) if padding else None, padding)
+    family = _family(model, out)
+    if family is None:
+        return RouterAux(float(coef), aux, padding=padding)
+    function, logits, experts, top_k = family
+    logits = tuple(layer.detach() for layer in logits)  # diagnoses only: no graph
+    try:
+        unmasked = float(function(logits, experts, top_k)) if padding else None
+        per_row = _per_row(function, logits, experts, top_k, out, real)
+    except Exception:  # a family's function of another signature: no diagnosis, the verdict stands
+        unmasked = per_row = None
+    return RouterAux(float(coef), aux, unmasked, padding, per_row)
 
 
-def _unmasked(model: Any, out: Any) -> float | None:
-    """The family's load-balancing loss of ``out``'s router logits over every token, the padding's too."""
+def _per_row(function: Callable, logits: tuple, experts: int, top_k: int, out: Any,
+             real: torch.Tensor | None) -> float | None:
+    """The family's load-balancing loss over each row's real tokens alone, averaged over the rows: a sequence-wise
+    loss whose sequence is the row (DeepSeek-V3's complementary loss counts each sequence so)."""
+    shape = getattr(getattr(out, "logits", None), "shape", None)
+    if shape is None or len(shape) != 3:
+        return None
+    rows, width = shape[0], shape[1]
+    values = []
+    for r in range(rows):
+        keep = slice(None) if real is None else real[r].to(logits[0].device)
+        row = tuple(layer.reshape(rows, width, -1)[r][keep] for layer in logits)
+        if row[0].shape[0]:
+            values.append(float(function(row, experts, top_k)))
+    return sum(values) / len(values) if values else None
+
+
+def _family(model: Any, out: Any) -> tuple[Callable, tuple, int, int] | None:
+    """(the family's load_balancing_loss_func, the router logits, experts, top_k), or None where one is missing."""
     import importlib
 
     # the family's module: the first class up the model's own whose module holds the function (a subclass of
@@ -65,10 +93,7 @@ def _unmasked(model: Any, out: Any) -> float | None:
     experts = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None)
     if function is None or logits is None or not experts:
         return None
-    try:
-        return float(function(logits, experts, getattr(config, "num_experts_per_tok", 2)))
-    except Exception:  # a family's function of another signature: no diagnosis, the verdict stands
-        return None
+    return function, tuple(logits), experts, getattr(config, "num_experts_per_tok", 2)
 
 
 @dataclass(frozen=True)
@@ -80,6 +105,7 @@ class AuxCheck:
     padded: float
     tolerance: float
     padding_counted: int = 0  # the padded run's term is the one over its padding too: this many tokens counted
+    row_as_sequence: bool = False  # a sequence-wise term counted each packed row as one sequence, not each document
 
     @property
     def gap(self) -> float:
@@ -93,7 +119,10 @@ class AuxCheck:
         verb = "equals" if self.passed else "is not"
         counted = (f": the padded run's term pools its {self.padding_counted} padding tokens (it equals the "
                    "family's load_balancing_loss_func with no attention_mask): pass the mask to the aux loss"
-                   if self.padding_counted and not self.passed else "")
+                   if self.padding_counted and not self.passed else
+                   ": the packed term is the family's load_balancing_loss_func over each packed row as one sequence, "
+                   "the padded one over each document: a sequence-wise aux loss must take each document as its "
+                   "sequence under packing (Megatron-LM #5696)" if self.row_as_sequence and not self.passed else "")
         return (f"the router's auxiliary loss (x {self.coef:g} in the model's loss, compared apart: a statistic of "
                 f"the whole batch, not of each document) {self.packed:.6g} packed {verb} {self.padded:.6g} over the "
                 f"documents padded one a row with their mask (gap {self.gap:.3g}, tolerance {self.tolerance:.3g})"
@@ -101,7 +130,8 @@ class AuxCheck:
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "coef": self.coef, "packed": self.packed, "padded": self.padded,
-                "gap": self.gap, "tolerance": self.tolerance, "paddingCounted": self.padding_counted}
+                "gap": self.gap, "tolerance": self.tolerance, "paddingCounted": self.padding_counted,
+                "rowAsSequence": self.row_as_sequence}
 
 
 def held_aux(packed: RouterAux | None, padded: RouterAux | None,
@@ -117,4 +147,14 @@ def held_aux(packed: RouterAux | None, padded: RouterAux | None,
         # the padded run's term is the unmasked one (and the masked one would not be): padding pooled
         if abs(padded.pooled_with_padding - reference) <= tolerance < abs(packed.value - reference):
             counted = padded.padding
-    return AuxCheck(packed.coef, packed.value, reference, tolerance, counted)
+    return AuxCheck(packed.coef, packed.value, reference, tolerance, counted,
+                    not counted and _row_as_sequence(packed, padded, tolerance))
+
+
+def _row_as_sequence(packed: RouterAux, padded: RouterAux | None, tolerance: float) -> bool:
+    """The packed term is the per-row one, the padded term (one document a row) the per-document one, and they
+    differ: a sequence-wise loss whose sequence was the packed row."""
+    if padded is None or packed.per_row is None or padded.per_row is None:
+        return False
+    return (abs(packed.value - packed.per_row) <= tolerance and abs(padded.value - padded.per_row) <= tolerance
+            < abs(packed.value - padded.value))
