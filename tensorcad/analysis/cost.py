@@ -20,8 +20,9 @@ def matmul_flops(matmul_params: int) -> float:
     return 2.0 * matmul_params
 
 
-def attention_flops(keys_per_query: float, head_dim: int, heads: int) -> float:
-    """Forward FLOPs one query spends in one attention layer.
+def attention_flops(keys_per_query: float, head_dim: float, heads: int) -> float:
+    """Forward FLOPs one query spends in one attention layer (``head_dim``: `Attention.flops_dim`, the mean of
+    the q/k and value widths where they differ, as in a latent attention).
 
     q·k for each kept key: head_dim multiplies and adds (2·head_dim), and the
     weighted sum of the values: another 2·head_dim, per query head. Hence
@@ -78,10 +79,11 @@ def training_time(tokens: float, train_per_token: float, gpus: int, peak: float,
     return TrainingTime(seconds, gpu_hours, gpu_hours * price_per_gpu_hour)
 
 
-def kv_cache_bytes(seq: int, kv_heads: int, head_dim: int, layers: int, dtype_bytes: float) -> float:
-    """A stream's KV cache at full context: a key and a value (2) of
-    kv_heads × head_dim numbers for every position of every layer."""
-    return 2.0 * seq * kv_heads * head_dim * layers * dtype_bytes
+def kv_cache_bytes(seq: int, numbers: int, layers: int, dtype_bytes: float) -> float:
+    """A stream's KV cache at full context: ``numbers`` a position a layer (a key and a value of kv_heads ×
+    head_dim each, 2 × kv_heads × head_dim; a latent attention's kv_rank + rope_dim, DeepSeek-V2 section 2.1.4:
+    its keys and values are rebuilt from the latent) for every position of every layer."""
+    return float(seq) * numbers * layers * dtype_bytes
 
 
 # --- stateful mixers (short convolutions, state-space scans, linear attention) -------------------

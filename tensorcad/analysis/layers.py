@@ -61,7 +61,7 @@ def _block(node: Node, seq: int, packing: Packing | None, seed: int) -> tuple[fl
         if leaf.attention is not None:
             a = leaf.attention
             pack = packing if packing is not None and reads_documents(a) else None
-            attention += attention_flops(keys_per_query(a, seq, pack, seed=seed).mean, a.head_dim, a.heads)
+            attention += attention_flops(keys_per_query(a, seq, pack, seed=seed).mean, a.flops_dim, a.heads)
             mixer, documents = "attention", documents or reads_documents(a)
         elif is_stateful(leaf):
             per_position += mixing_flops(leaf, seq)

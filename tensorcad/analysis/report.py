@@ -138,9 +138,9 @@ def _flops(design: Design, matmul: float, seq: int, packing: Packing | None, op:
             stats = {"strategy": pack.strategy, **drawn.packed.to_json()}
         share = real if pack is not None else 1.0
         computed = block_counts(a, seq, pack, seed=op.seed, block=op.block).computed / (seq * share)
-        attention += layers * attention_flops(keys, a.head_dim, a.heads)
-        blocks += layers * attention_flops(computed, a.head_dim, a.heads)
-        width += layers * attention_flops(1.0, a.head_dim, a.heads)
+        attention += layers * attention_flops(keys, a.flops_dim, a.heads)
+        blocks += layers * attention_flops(computed, a.flops_dim, a.heads)
+        width += layers * attention_flops(1.0, a.flops_dim, a.heads)
     mixing = sum(m.layers * mixing_flops(m.node, seq) for m in mixers(design))
     if packing is not None and stats is None and mixers_reset(design):
         drawn = packed_rows(seq, packing, op.seed, ROWS)  # no mask reads the documents; the mixers reset

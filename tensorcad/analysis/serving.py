@@ -78,8 +78,8 @@ def per_stream(design: Design, seq: int, matmul: float, dtype_bytes: float) -> P
     attention = 0.0
     for a, layers in attentions:
         kept_positions = min(seq, a.window) if a.window is not None else seq
-        cache += kv_cache_bytes(kept_positions, a.kv_heads, a.head_dim, layers, dtype_bytes)
-        attention += layers * attention_flops(decode_keys(a, seq), a.head_dim, a.heads)
+        cache += kv_cache_bytes(kept_positions, a.cache_numbers, layers, dtype_bytes)
+        attention += layers * attention_flops(decode_keys(a, seq), a.flops_dim, a.heads)
     if not stateful:
         return PerStream(cache, matmul + attention)
     state = sum(state_bytes(state_numbers(m.node), m.layers, dtype_bytes) for m in stateful)

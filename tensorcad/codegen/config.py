@@ -16,6 +16,7 @@ from ..design.model import Design, Node
 from ..design.rope_scaling import is_plain
 from . import experts, layout, rotary
 from .names import Namer
+from .latent import latent_keys
 
 _ALWAYS_PREFIXED = ("shape",)
 # A stateful mixer's numbers: Config field -> its param.
@@ -86,6 +87,8 @@ def _keys(node: Node, output: str) -> dict[str, Any]:
                 keys["qk_norm_eps"] = p["qk_norm"]["eps"]
                 if p["qk_norm"].get("offset"):
                     keys["qk_norm_offset"] = p["qk_norm"]["offset"]
+            if p["latent"] is not None:
+                keys.update(latent_keys(node))
             if p["rope"] is not None:
                 rope = node.child("rope_q").params
                 keys["rope_theta"] = float(rope["theta"])

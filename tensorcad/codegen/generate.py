@@ -19,6 +19,8 @@ from ..hf.weights import weight_map
 from . import hf_weights, layout, prelude, rotary
 from .config import ConfigFields
 from .experts import moe_source, shared_mlp
+from .latent import DOC as LATENT_DOC
+from .latent import latent_forward, latent_init
 from .masks import Function, mask_function, mask_table, score_function
 from .mixer_code import MixerWriter
 from .mixer_runtime import MIXER_RUNTIME
@@ -118,14 +120,15 @@ class _Generator(ModelWriter, MixerWriter):
         qkv_bias = bias if node.params["qkv_bias"] is None else f"bias={f('qkv_bias')}"
         qk_norm = node.params["qk_norm"] is not None
         keeps = comment_text(E.to_text(attention.keep)) if attention.keep is not None else "every key"
+        latent = node.params["latent"] is not None
         lines = [
             f"class {PLACEHOLDER}(nn.Module):",
-            '    """Grouped-query attention: H query heads share H_kv key/value heads.',
+            *(LATENT_DOC if latent else ['    """Grouped-query attention: H query heads share H_kv key/value heads.']),
             "",
             f"    Keeps {keeps}.",
             "",
             "    Shapes: B batch rows, T positions, C model width, H query heads,",
-            "    H_kv key/value heads, D head dim.",
+            "    H_kv key/value heads, D head dim." if not latent else "    D q/k head dim, R rotated, Dv value dim.",
             '    """',
             "",
             "    def __init__(self, config):",
@@ -134,10 +137,13 @@ class _Generator(ModelWriter, MixerWriter):
         ]
         if sdpa.params["scale"] is not None:
             lines.append(f"        self.scale = {f('attn_scale')}  # multiplies q . k, in place of 1 / sqrt(D)")
-        lines += assign_call(layout.BODY, "self.q", "nn.Linear", [f("dim"), f"{heads} * {head_dim}", qkv_bias])
-        lines += assign_call(layout.BODY, "self.k", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
-        lines += assign_call(layout.BODY, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
-        lines += assign_call(layout.BODY, "self.o", "nn.Linear", [f"{heads} * {head_dim}", f("dim"), bias])
+        if latent:
+            lines += latent_init(node, f, self.classes(*NORMS["rmsnorm"], owner))
+        else:
+            lines += assign_call(layout.BODY, "self.q", "nn.Linear", [f("dim"), f"{heads} * {head_dim}", qkv_bias])
+            lines += assign_call(layout.BODY, "self.k", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
+            lines += assign_call(layout.BODY, "self.v", "nn.Linear", [f("dim"), f"{kv_heads} * {head_dim}", qkv_bias])
+            lines += assign_call(layout.BODY, "self.o", "nn.Linear", [f"{heads} * {head_dim}", f("dim"), bias])
         if qk_norm:
             offset = bool(node.params["qk_norm"].get("offset"))
             whole = node.params["qk_norm"].get("scope") == "all"  # OLMo 2: over the projection, every head at once
@@ -154,7 +160,7 @@ class _Generator(ModelWriter, MixerWriter):
             lines += assign_call(layout.BODY, "self.rotary", rotary_class, ["config"])
         if plain:
             lines += assign_call(layout.BODY, "cos, sin", "rotary_tables",
-                                 [head_dim, "config.context", f("rope_theta")])
+                                 ["self.rope_dim" if latent else head_dim, "config.context", f("rope_theta")])
             lines += [
                 '        self.register_buffer("cos", cos, persistent=False)  # (context, D)',
                 '        self.register_buffer("sin", sin, persistent=False)  # (context, D)',
@@ -166,7 +172,15 @@ class _Generator(ModelWriter, MixerWriter):
             "        B, T, C = x.shape",
         ]
         whole = qk_norm and node.params["qk_norm"].get("scope") == "all"
-        if whole:  # over each whole projection, every head's features at once, before the heads split (OLMo 2)
+        rotations = []
+        for which in ("q", "k"):
+            args = [] if not plain else ["self.cos", "self.sin"]
+            if rope and node.child(f"rope_{which}").wire("pos") is not None:
+                args.append(self.ports("pos"))  # turned by positions restarting per document
+            rotations.append(("rotate" if plain else "self.rotary", args))
+        if latent:
+            lines += latent_forward(node, rotations)
+        elif whole:  # over each whole projection, every head's features at once, before the heads split (OLMo 2)
             lines += ["        q = self.q_norm(self.q(x))  # (B, T, H * D)",
                       "        k = self.k_norm(self.k(x))  # (B, T, H_kv * D)",
                       "        q = q.view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)",
@@ -174,19 +188,17 @@ class _Generator(ModelWriter, MixerWriter):
         else:
             lines += ["        q = self.q(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)",
                       "        k = self.k(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)"]
-        lines.append("        v = self.v(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)")
+        if not latent:
+            lines.append("        v = self.v(x).view(B, T, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)")
         if qk_norm and not whole:
             # over each head's D features, before the rotation, as Qwen3 does
             lines += [
                 "        q = self.q_norm(q)  # (B, H, T, D)",
                 "        k = self.k_norm(k)  # (B, H_kv, T, D)",
             ]
-        if rope:
-            for which, shape in (("q", "(B, H, T, D)"), ("k", "(B, H_kv, T, D)")):
-                args = [which] if not plain else [which, "self.cos", "self.sin"]
-                if node.child(f"rope_{which}").wire("pos") is not None:
-                    args.append(self.ports("pos"))  # turned by positions restarting per document
-                lines += assign_call(layout.BODY, which, "rotate" if plain else "self.rotary", args, f"# {shape}")
+        if rope and not latent:
+            for (which, shape), (fn, args) in zip((("q", "(B, H, T, D)"), ("k", "(B, H_kv, T, D)")), rotations):
+                lines += assign_call(layout.BODY, which, fn, [which, *args], f"# {shape}")
         call_args = ["q", "k", "v"]
         for keyword, fn in (("mask_mod", mask), ("score_mod", score)):
             if fn is None:

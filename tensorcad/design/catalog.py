@@ -37,6 +37,8 @@ _ATTENTION_PARAMS = (
           "or Gemma 2's soft cap tanh(score * 0.02) * 50.0", None, nullable=True),
     Param("scale", "float", "multiplies q . k before the score expression; default 1 / sqrt(head_dim)", None, 1e-6, 1e6,
           nullable=True),
+    Param("value_dim", "int", "width of one head's value, and of its output; default head_dim (DeepSeek-V3's "
+          "v_head_dim 128 beside q/k heads of 192)", None, 1, 4096, nullable=True),
 )
 
 _GQA_PARAMS = _ATTENTION_PARAMS + (
@@ -47,6 +49,27 @@ _GQA_PARAMS = _ATTENTION_PARAMS + (
     Param("qk_norm", "object", "RMSNorm of q and k before the rotation {eps, offset, scope}: scope 'head' (default) "
           "normalises each head's features with one scale shared by every head (Qwen3; Gemma 3 with offset 1), 'all' "
           "the whole projection at once (OLMo 2); null for none", None, nullable=True),
+    Param("latent", "object", "multi-head latent attention (DeepSeek-V2/V3) {q_rank, kv_rank, rope_dim, eps}: q "
+          "from a rank-q_rank latent (x -> q_rank, RMSNorm, -> heads x head_dim; q_rank null: one projection), "
+          "each head's key and value from one rank-kv_rank latent (x -> kv_rank + rope_dim, RMSNorm of the "
+          "kv_rank part, -> heads x (head_dim - rope_dim + value_dim)); the last rope_dim features of a q/k head "
+          "rotate, the key's shared by every head, the rest do not. A cache holds kv_rank + rope_dim numbers a "
+          "token a layer. Needs kv_heads = heads; null for none", None, nullable=True),
+)
+
+# The params of a gqa_attention's `latent` object (not a kind of its own: it lives inside one attention).
+LATENT = Kind(
+    "latent",
+    "multi-head latent attention's low-rank projections (DeepSeek-V2 section 2.1)",
+    (),
+    (
+        Param("q_rank", "int", "rank of q's latent (DeepSeek-V3's q_lora_rank 1,536); null: q is one projection",
+              None, 1, MAX_WIDTH, nullable=True),
+        Param("kv_rank", "int", "rank of the key/value latent (kv_lora_rank 512)", low=1, high=MAX_WIDTH),
+        Param("rope_dim", "int", "rotated features of each q/k head (qk_rope_head_dim 64), the key's shared by "
+              "every head", low=2, high=4096),
+        Param("eps", "float", "the latents' RMSNorm epsilon", 1e-6, 0, 1),
+    ),
 )
 
 _MLP_PARAMS = (
@@ -191,7 +214,7 @@ KINDS: dict[str, Kind] = {
             _ATTENTION_PARAMS,
             extra_ports=True,
             extra_doc="any other port is a tensor its mask reads at (b, q) / (b, kv), or a table its score reads",
-            counts="no params; 4 x keysPerQuery x head_dim x heads FLOPs per token",
+            counts="no params; 2 x keysPerQuery x (head_dim + value_dim) x heads FLOPs per token",
         ),
         Kind(
             "gqa_attention",
@@ -200,7 +223,8 @@ KINDS: dict[str, Kind] = {
             _GQA_PARAMS,
             extra_ports=True,
             extra_doc="any other port is handed to its sdpa (documents for a mask, tables for a score)",
-            counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa (and 2 x head_dim for q/k norms)",
+            counts="dim x head_dim x (2 heads + 2 kv_heads) matmul params, plus sdpa (and 2 x head_dim for q/k norms); "
+                   "with a latent, its projections and two norms instead of q, k and v",
         ),
         Kind(
             "short_conv",

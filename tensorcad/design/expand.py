@@ -20,7 +20,7 @@ from typing import Any
 
 from ..errors import TensorcadError, join, shown
 from . import expr as E
-from .catalog import KINDS
+from .catalog import KINDS, LATENT
 from .expand_mixers import MixerExpander
 from .model import Attention, Node, Wire
 from .raw import check_kind, no_unknown
@@ -130,14 +130,17 @@ class Expander(MixerExpander):
             if qdim is None or qdim % heads:
                 raise TensorcadError(join(path, "head_dim"), "missing: give head_dim")
             head_dim = qdim // heads
-        for port, width in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * head_dim)):
+        values = params.get("value_dim") or head_dim
+        for port, width in (("q", heads * head_dim), ("k", kv_heads * head_dim), ("v", kv_heads * values)):
             w = handed.get(port)
             if w is not None and self.nodes[w.source].dim != width:
                 raise TensorcadError(w.path, f"{shown(w.source)} is {self.nodes[w.source].dim} wide; {port} needs {width}")
         attention = self._attention(path, params, heads, kv_heads, head_dim, handed)
-        params = {**params, "kv_heads": kv_heads, "head_dim": head_dim}
+        if params.get("value_dim") is not None or params.get("cached") is not None:
+            attention = replace(attention, value_dim=params.get("value_dim"), cached=params.get("cached"))
+        params = {**{k: v for k, v in params.items() if k != "cached"}, "kv_heads": kv_heads, "head_dim": head_dim}
         wires = [w for w in handed.values() if w.port not in ("q", "k", "v")]
-        node = self._leaf("sdpa", id, name, path, params, dim_in, heads * head_dim, wires)
+        node = self._leaf("sdpa", id, name, path, params, dim_in, heads * values, wires)
         return replace(node, attention=attention)
 
     def _attention(self, path, params, heads, kv_heads, head_dim, handed) -> Attention:
@@ -196,6 +199,12 @@ class Expander(MixerExpander):
             head_dim = dim_in // heads
         bias = params["bias"]
         qkv_bias = bias if params["qkv_bias"] is None else params["qkv_bias"]
+        if params["latent"] is not None:
+            return self._latent_attention(id, name, path, params, dim_in, handed, heads, kv_heads, head_dim)
+        if params["value_dim"] not in (None, head_dim):
+            raise TensorcadError(join(path, "value_dim"), f"{params['value_dim']} differs from head_dim {head_dim}: "
+                                                          "values of another width are a latent attention's (give "
+                                                          "latent)")
         children = [
             self._leaf("linear", "q", f"{name}.q", path, {"out": heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, heads * head_dim),
             self._leaf("linear", "k", f"{name}.k", path, {"out": kv_heads * head_dim, "bias": qkv_bias, "tie": None}, dim_in, kv_heads * head_dim),
@@ -224,15 +233,72 @@ class Expander(MixerExpander):
             for which, width in (("q", heads * head_dim), ("k", kv_heads * head_dim)):
                 children.append(self._rope(f"rope_{which}", f"{name}.rope_{which}", rpath, rope, width,
                                            self._hand(handed, f"{name}.rope_{which}", ("pos",))))
-        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score", "scale")}
-        sdpa_params.update(kv_heads=kv_heads, head_dim=head_dim)
-        sdpa = self._sdpa("sdpa", f"{name}.sdpa", path, sdpa_params, heads * head_dim,
+        return self._attention_node(id, name, path, params, dim_in, handed, children, kv_heads, head_dim)
+
+    def _attention_node(self, id, name, path, params, dim_in, handed, children, kv_heads, head_dim,
+                        cached=None) -> Node:
+        """The sdpa and output projection after ``children`` (the projections, norms and rotations)."""
+        sdpa_params = {k: params[k] for k in ("heads", "kv_heads", "head_dim", "causal", "window", "mask", "score",
+                                              "scale", "value_dim")}
+        sdpa_params.update(kv_heads=kv_heads, head_dim=head_dim, cached=cached)
+        values = params["value_dim"] or head_dim
+        sdpa = self._sdpa("sdpa", f"{name}.sdpa", path, sdpa_params, params["heads"] * head_dim,
                           self._hand(handed, f"{name}.sdpa"))
-        children += [sdpa, self._leaf("linear", "o", f"{name}.o", path, {"out": dim_in, "bias": bias, "tie": None},
-                                      heads * head_dim, dim_in)]
+        children = [*children, sdpa, self._leaf("linear", "o", f"{name}.o", path,
+                                                {"out": dim_in, "bias": params["bias"], "tie": None},
+                                                params["heads"] * values, dim_in)]
         params = {**params, "kv_heads": kv_heads, "head_dim": head_dim}
         node = self._leaf("gqa_attention", id, name, path, params, dim_in, dim_in, handed.values())
         return replace(node, children=tuple(children))
+
+    def _latent_attention(self, id, name, path, params, dim_in, handed, heads, kv_heads, head_dim) -> Node:
+        """Multi-head latent attention (DeepSeek-V2 section 2.1; transformers' DeepseekV3Attention): q through an
+        optional rank-q_rank latent, every head's key and value from one rank-kv_rank latent, a decoupled rotary
+        part of rope_dim features a head, the key's shared by every head."""
+        lpath = join(path, "latent")
+        latent = check_params(LATENT, params["latent"], lpath)
+        if kv_heads != heads:
+            raise TensorcadError(join(path, "kv_heads"), f"{kv_heads} differs from heads {heads}: a latent gives "
+                                                         "every head its own key and value")
+        for key in ("qk_norm", "qkv_bias"):
+            if params[key] is not None:
+                raise TensorcadError(join(path, key), "a latent attention normalises its latents, not q and k, and "
+                                                      "its biases are bias's")
+        rope_dim, values = latent["rope_dim"], params["value_dim"] or head_dim
+        if rope_dim >= head_dim:
+            raise TensorcadError(join(lpath, "rope_dim"), f"{rope_dim} leaves no unrotated feature of the "
+                                                          f"{head_dim}-wide head")
+        if params["rope"] is None:
+            raise TensorcadError(join(path, "rope"), "a latent attention rotates its rope_dim features: give rope")
+        bias = params["bias"]
+        norm = {"eps": latent["eps"]}
+
+        def linear(id, width_in, out):
+            return self._leaf("linear", id, f"{name}.{id}", path, {"out": out, "bias": bias, "tie": None}, width_in, out)
+
+        children = []
+        if latent["q_rank"] is None:
+            children.append(linear("q", dim_in, heads * head_dim))
+        else:
+            children += [linear("q_a", dim_in, latent["q_rank"]),
+                         self._leaf("rmsnorm", "q_a_norm", f"{name}.q_a_norm", lpath, norm, latent["q_rank"],
+                                    latent["q_rank"]),
+                         linear("q_b", latent["q_rank"], heads * head_dim)]
+        kv_rank = latent["kv_rank"]
+        children += [linear("kv_a", dim_in, kv_rank + rope_dim),
+                     self._leaf("rmsnorm", "kv_a_norm", f"{name}.kv_a_norm", lpath, norm, kv_rank, kv_rank),
+                     linear("kv_b", kv_rank, heads * (head_dim - rope_dim + values))]
+        rpath = join(path, "rope")
+        rope = check_params(KINDS["rope"], {"head_dim": rope_dim, **params["rope"]}, rpath)
+        if rope["head_dim"] != rope_dim:
+            raise TensorcadError(join(rpath, "head_dim"), f"{rope['head_dim']} differs from the latent's rope_dim "
+                                                          f"{rope_dim}")
+        for which, width in (("q", heads * rope_dim), ("k", rope_dim)):
+            children.append(self._rope(f"rope_{which}", f"{name}.rope_{which}", rpath, rope, width,
+                                       self._hand(handed, f"{name}.rope_{which}", ("pos",))))
+        params = {**params, "latent": latent}
+        return self._attention_node(id, name, path, params, dim_in, handed, children, kv_heads, head_dim,
+                                    cached=kv_rank + rope_dim)
 
     def _transformer_block(self, id, name, path, params, dim_in, handed) -> Node:
         dim = params["dim"] if params["dim"] is not None else dim_in

@@ -54,6 +54,24 @@ class Attention:
     keep: Expr | None  # causal AND window AND mask: what the kernel keeps
     tensors: Mapping[str, Wire]  # ports a mask reads at (b, q) / (b, kv)
     tables: Mapping[str, Wire]  # ports a score reads as learned tables
+    value_dim: int | None = None  # a head's value width where it is not head_dim (latent attention)
+    cached: int | None = None  # numbers a token a layer a cache holds where it is not keys and values (a latent)
+
+    @property
+    def values(self) -> int:
+        """A head's value width."""
+        return self.value_dim if self.value_dim is not None else self.head_dim
+
+    @property
+    def flops_dim(self) -> float:
+        """The head width the attention FLOPs count by: a score multiplies head_dim, a weighted sum value_dim, so
+        4 x keys x flops_dim x heads is 2 x keys x (head_dim + value_dim) x heads."""
+        return (self.head_dim + self.values) / 2
+
+    @property
+    def cache_numbers(self) -> int:
+        """Numbers a token a layer a stream's cache holds: its keys and values, or the latent they come from."""
+        return self.cached if self.cached is not None else self.kv_heads * (self.head_dim + self.values)
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ def _ptrr_layout(design, op, packing_of) -> tuple[np.ndarray, str, int] | None:
     for a, layers in attentions:
         c = query_block_counts(a, packed_rows(op.seq, packing_of(a), op.seed, ROWS), op.block)
         counts[_mask_of(a)] = (a.path, c)
-        weights[_mask_of(a)] = weights.get(_mask_of(a), 0.0) + layers * attention_flops(1.0, a.head_dim, a.heads) \
+        weights[_mask_of(a)] = weights.get(_mask_of(a), 0.0) + layers * attention_flops(1.0, a.flops_dim, a.heads) \
             * float(c.sum())
     path, heaviest = counts[max(weights, key=weights.get)]
     return ptrr_ranks(heaviest, op.cp.size), path, len(masks)
@@ -114,7 +114,7 @@ def _step(design, op, packing_of, ranks) -> tuple[np.ndarray, dict[str, float]]:
     flops, each = 0.0, {}
     for a, layers in design.attentions():
         work = rank_work(a, packed_rows(op.seq, packing_of(a), op.seed, ROWS), op.cp, op.block, ranks=ranks)
-        flops = flops + layers * attention_flops(1.0, a.head_dim, a.heads) * work.blocks
+        flops = flops + layers * attention_flops(1.0, a.flops_dim, a.heads) * work.blocks
         each[a.path] = float(work.blocks.max(axis=1).mean() / work.blocks.mean())
     return np.asarray(flops), each
 
@@ -136,7 +136,7 @@ def context_parallel_report(design, op, matmul: float, attention_fwd: float, pac
     for a, layers in design.attentions():
         rows = packed_rows(op.seq, packing_of(a), op.seed, ROWS)
         work = rank_work(a, rows, cp, block, ranks=None if shared is None else shared[0])
-        per_score = layers * attention_flops(1.0, a.head_dim, a.heads)
+        per_score = layers * attention_flops(1.0, a.flops_dim, a.heads)
         rank_flops = rank_flops + per_score * block * block * work.blocks
         base = base + per_score * block * block * query_block_counts(a, rows, block).sum(axis=1)
         block_layers += layers * work.blocks.mean(axis=0)
@@ -150,8 +150,9 @@ def context_parallel_report(design, op, matmul: float, attention_fwd: float, pac
         if work.document_padding is not None:
             document_padding = float(work.document_padding.mean())
             undivisible = float(work.undivisible.sum() / work.pieces.sum())
-        # A rank receives the other ranks' keys and values: 2 (K and V) x kv_heads x head_dim a token.
-        gathered += layers * 2.0 * (n - 1) / n * float(work.tokens.mean()) * a.kv_heads * a.head_dim * dtype_bytes
+        # A rank receives the other ranks' keys and values (2 x kv_heads x head_dim a token; a latent
+        # attention's latent, what its cache holds too).
+        gathered += layers * (n - 1) / n * float(work.tokens.mean()) * a.cache_numbers * dtype_bytes
     top = np.asarray(rank_flops).max(axis=1)
     ratio, error = _ratio_of_means(top, np.asarray(rank_flops).mean(axis=1))
     kept_ratio = None
