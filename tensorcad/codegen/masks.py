@@ -182,12 +182,15 @@ def mask_table(uses: dict[str, tuple[Function, list[str]]]) -> str:
                 raise TensorcadError(path, "an attention's path holds characters codegen will not write")
         roles = ", ".join("None" if r is None else f'"{r}"' for r in fn.roles) + ("," if len(fn.roles) == 1 else "")
         attentions = ", ".join(f'"{p}"' for p in paths) + ("," if len(paths) == 1 else "")
+        listed = [f'        "attentions": ({attentions}),']
+        if len(listed[0]) > layout.WIDTH:  # black's own layout: one path a line, a trailing comma
+            listed = ['        "attentions": (', *(f'            "{p}",' for p in paths), "        ),"]
         lines += [
             f'    "{name}": {{',
             f'        "mask_mod": {name if fn.factory is None else "None"},',
             f'        "factory": {fn.factory if fn.factory is not None else "None"},',
             f'        "reads": ({roles}),',
-            f'        "attentions": ({attentions}),',
+            *listed,
             "    },",
         ]
     lines.append("}")

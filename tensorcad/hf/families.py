@@ -28,9 +28,9 @@ NOT_YET = {
     "gemma3": "a vision-language model (its vision tower is not in the design language): import its text_config, "
               "model_type gemma3_text",
     # issue 44: the moe kind says their experts, not their attention
-    "deepseek_v3": "kv_lora_rank / q_lora_rank: multi-head latent attention (keys and values from a low-rank "
-                   "latent, a decoupled rotary part) is not in the design language; its experts are (moe with "
-                   "router sigmoid, router_bias, routed_scale), but n_group / topk_group routing is not either",
+    "deepseek_v3": "n_group / topk_group: routing limited to the best expert groups is not in the design language; "
+                   "its attention is (gqa_attention with latent, the deepseek-v3 preset) and its experts are (moe "
+                   "with router sigmoid, router_bias, routed_scale)",
     "gpt_oss": "attention sinks (a learned per-head logit each query's softmax also normalises over) are not in "
                "the design language; its experts are (moe with bias true)",
 }

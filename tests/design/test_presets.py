@@ -9,7 +9,8 @@ from tensorcad.analysis.params import count_params
 from tensorcad.design import load, preset_names
 
 PRESETS = ["gpt2-small", "gpt2-small-documents", "llama-3-70b", "llama-3-8b", "llama-3-8b-documents", "llama-3.1-405b",
-           "mamba2-hybrid-documents", "mistral-7b", "mixtral-8x7b", "nano-sort", "qwen3-30b-a3b", "t5-bias"]
+           "mamba2-hybrid-documents", "mistral-7b", "mixtral-8x7b", "nano-sort", "qwen3-30b-a3b", "t5-bias",
+           "deepseek-v3"]
 
 
 def test_every_preset_ships():
@@ -88,3 +89,53 @@ def test_qwen3_30b_a3b_has_its_published_total_and_active_params():
     assert (p.total, p.active) == _moe(151_936, 2048, 48, 32, 4, 128, 8, 768, True)
     assert abs(p.total / 30.5e9 - 1) < 0.01
     assert abs(p.active / 3.35e9 - 1) < 0.01 and abs(p.active / 3.3e9 - 1) < 0.02
+
+
+def _deepseek_v3_config():
+    transformers = pytest.importorskip("transformers")
+    return transformers.DeepseekV3Config(  # DeepSeek-V3's config.json, the shapes
+        vocab_size=129_280, hidden_size=7168, intermediate_size=18_432, moe_intermediate_size=2048,
+        num_hidden_layers=61, first_k_dense_replace=3, num_attention_heads=128, num_key_value_heads=128,
+        n_shared_experts=1, n_routed_experts=256, num_experts_per_tok=8, q_lora_rank=1536, kv_lora_rank=512,
+        qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, tie_word_embeddings=False)
+
+
+def test_deepseek_v3_has_transformers_params_and_its_published_total_and_active():
+    # DeepSeek-V3's model card: 671B total, 37B activated a token. transformers' own DeepseekV3ForCausalLM,
+    # built on the meta device from the config's shapes (its MTP layer is not built), has every parameter;
+    # a token skips 248 of the 256 routed experts of each of the 58 MoE layers. The count is 37.55B active:
+    # the card's 37B is cut to a whole billion, as Qwen3's 3.35B is cut to 3.3B.
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    with torch.device("meta"):
+        reference = transformers.DeepseekV3ForCausalLM(_deepseek_v3_config())
+    # and the score-correction biases, which transformers keeps as buffers (the aux-loss-free update moves
+    # them, no optimiser) and the checkpoint stores: the design counts them as the router's
+    total = sum(p.numel() for p in reference.parameters()) + sum(
+        b.numel() for n, b in reference.named_buffers() if n.endswith("e_score_correction_bias"))
+    expert = sum(p.numel() for p in reference.model.layers[3].mlp.experts.parameters()) // 256
+    p = count_params(load("deepseek-v3"))
+    assert p.total == total
+    assert p.active == total - 58 * 248 * expert
+    assert abs(p.total / 671e9 - 1) < 0.01
+    assert abs(p.active / 37.55e9 - 1) < 0.01 and abs(p.active / 37e9 - 1) < 0.02
+
+
+def test_deepseek_v3s_multi_token_prediction_is_counted_apart_and_named():
+    # The card: 685B in the checkpoint, 671B of the main model and 14B of the MTP module. The module is one
+    # MoE block like the last, the 2 x 7168 -> 7168 projection of [norm(h); norm(emb)] and three norms; it
+    # shares the embedding and the head, which the checkpoint stores again (2 x 129,280 x 7168).
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from tensorcad.analysis.params import mtp_params
+
+    with torch.device("meta"):
+        reference = transformers.DeepseekV3ForCausalLM(_deepseek_v3_config())
+    layer = reference.model.layers[60]
+    block = sum(p.numel() for p in layer.parameters()) + layer.mlp.gate.e_score_correction_bias.numel()
+    mtp = mtp_params(load("deepseek-v3"), 1)
+    assert mtp.total == block + 2 * 7168 * 7168 + 3 * 7168
+    assert mtp.embedding == 0
+    stored = mtp.total + 2 * 129_280 * 7168
+    assert abs((count_params(load("deepseek-v3")).total + stored) / 685e9 - 1) < 0.01
+    assert "multi-token prediction module, counted apart" in load("deepseek-v3").source["description"]

@@ -107,8 +107,8 @@ def test_a_known_family_the_language_cannot_say_yet_says_what_it_lacks():
     assert message.startswith("model_type: 'gemma3': a vision-language model") and "gemma3_text" in message
 
 
-@pytest.mark.parametrize("model_type, field", [("deepseek_v3", "kv_lora_rank"), ("gpt_oss", "attention sinks")])
-def test_moe_families_whose_attention_the_language_cannot_say_are_refused_naming_it(model_type, field):
+@pytest.mark.parametrize("model_type, field", [("deepseek_v3", "n_group / topk_group"), ("gpt_oss", "attention sinks")])
+def test_moe_families_the_language_cannot_say_are_refused_naming_what_it_lacks(model_type, field):
     message = _refused({**tiny_config(transformers, "llama").to_dict(), "model_type": model_type})
     assert message.startswith(f"model_type: {model_type!r}: ") and field in message
 

@@ -10,8 +10,8 @@ The counts split by op: ``mm``/``addmm`` are the linear layers (a (B, T, C)
 input is folded to 2-D first), ``bmm``/``baddbmm`` the attention's q @ kᵀ and
 probs @ v. The linear layers must equal the analysis exactly,
 ``2 × params.matmul × B × T``. The eager form scores every (query, key) pair
-and masks afterwards, so its attention is the dense ``4 × T × S × head_dim ×
-heads × B`` per layer, not the analysis's kept-score figure; both are reported,
+and masks afterwards, so its attention is the dense ``2 × T × S × (head_dim +
+value_dim) × heads × B`` per layer, not the analysis's kept-score figure; both are reported,
 with the analysis's whole-block figure, which is what a block-sparse kernel runs.
 A stateful mixer's convolution taps and chunked scan are batched matmuls too: the
 ``bmm`` count is then the dense attention plus the analysis's mixing
@@ -89,7 +89,9 @@ def count_flops(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict
 
 def dense_attention_flops(design: Design, rows: int, seq: int) -> int:
     """Every score computed: 2·T·S·D for q @ kᵀ and as much for probs @ v, per head and layer."""
-    return sum(layers * 4 * seq * seq * a.head_dim * a.heads * rows for a, layers in design.attentions())
+    # a score multiplies head_dim features, a weighted sum value_dim (a latent attention's differ)
+    return sum(layers * 2 * seq * seq * (a.head_dim + a.values) * a.heads * rows
+               for a, layers in design.attentions())
 
 
 def profile(model: torch.nn.Module, design: Design, inputs: dict[str, torch.Tensor], packing=None,

@@ -95,6 +95,18 @@ class _Plan:
             p["window"] = self.window(p["window"])
         if isinstance(p.get("rope"), dict) and "head_dim" in p["rope"]:
             p["rope"]["head_dim"] = new_head_dim
+        latent = p.get("latent")
+        if isinstance(latent, dict):  # its ranks with the stream, a rotated part that leaves an unrotated one
+            rope_dim = max(2, min(self.w(latent["rope_dim"]), new_head_dim - 2) // 2 * 2)
+            p["head_dim"] = new_head_dim = max(new_head_dim, rope_dim + 2)
+            latent["rope_dim"] = rope_dim
+            latent["kv_rank"] = max(1, self.w(latent["kv_rank"]))
+            if latent.get("q_rank") is not None:
+                latent["q_rank"] = max(1, self.w(latent["q_rank"]))
+            if isinstance(p.get("rope"), dict) and "head_dim" in p["rope"]:
+                p["rope"]["head_dim"] = rope_dim
+        if p.get("value_dim") is not None:
+            p["value_dim"] = max(2, min(MAX_HEAD_DIM, self.w(p["value_dim"])))
 
     def mixer(self, kind: str, p: dict, dim_in: int | None) -> None:
         """A stateful mixer shrunk: as many heads or fewer, their widths with the stream's, a small state."""

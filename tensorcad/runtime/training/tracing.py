@@ -6,8 +6,8 @@ the generated module's ``attend`` read the counter before and after each, so
 every row's FLOPs are PyTorch's own count for that op. Beside it:
 
 - a linear layer: ``2 · in · out · tokens``, from its weight's shape;
-- an attention: the dense ``4 · T · S · D · H · B`` the eager form computes,
-  and the analysis's kept-score figure for it (``4 · keysPerQuery · D · H``
+- an attention: the dense ``2 · T · S · (D + Dv) · H · B`` the eager form computes,
+  and the analysis's kept-score figure for it (``2 · keysPerQuery · (D + Dv) · H``
   a token);
 - embeddings and norms: no matmul, 0.
 
@@ -117,7 +117,7 @@ def trace(design: Design | str, *, seq: int | None = None, params: int = 2_000_0
     for attention, layers in small.attentions():
         pack = packing if uses and reads_documents(attention) else None
         keys = keys_per_query(attention, seq, pack, seed=seed).mean
-        kept_per_call += [4 * keys * attention.head_dim * attention.heads * tokens] * layers
+        kept_per_call += [4 * keys * attention.flops_dim * attention.heads * tokens] * layers
 
     ops: list[Op] = []
     counter = FlopCounterMode(display=False)
@@ -148,8 +148,9 @@ def trace(design: Design | str, *, seq: int | None = None, params: int = 2_000_0
         S = k.shape[-2]
         index = next(calls)
         kept = kept_per_call[index] if index < len(kept_per_call) else None
+        dense = 2 * T * S * (D + v.shape[-1]) * H * B  # scores over D features, weighted sums over Dv
         ops.append(Op(f"attend[{index}]", "attention", tuple(q.shape), tuple(out.shape),
-                      counter.get_total_flops() - start, 4 * T * S * D * H * B, kept))
+                      counter.get_total_flops() - start, dense, kept))
         return out
 
     recording = getattr(type(model), "recording_attend", None)
