@@ -102,6 +102,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             ["tests/runtime/certification/data/test_coverage_at_scale.py"]),
            ("data_boundaries", ["runtime/certification/data/boundaries.py", "runtime/certification/data/checks.py"],
             ["tests/runtime/certification/data/test_data_boundaries.py",
+             "tests/runtime/certification/data/test_boundaries_exact.py",
              "tests/runtime/certification/data/test_data_checks.py"]),
            ("guard_kernel", ["guard/kernel.py"], ["tests/guard/test_guard_data_boundaries.py"]),
        )},

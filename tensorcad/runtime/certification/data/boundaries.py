@@ -129,20 +129,20 @@ def _row_findings(form: str, r: int, due: list[int], got: list[int], ids: np.nda
             continue
         d = starts.index(c) - 1  # the document that ends at c
         why = ""
-        if form == "eos" and ids is not None and int(ids[c - 1]) != eos_id:
+        if form == "eos" and ids is not None:  # an EOS there would have cut it: the document lost its own
             why = f" (it ends with token {int(ids[c - 1])}, not the EOS {eos_id}: truncated past its EOS?)"
         findings.append(Finding(form, r, "merged", c, f"{form}: row {r}'s document {d} (length {due[d]}) runs "
                                                       f"on into document {d + 1} at position {c}{why}"))
     extra = sorted(got_cuts - due_cuts)
-    inside = [c for c in extra if 0 < c < filled]
+    inside = [c for c in extra if c < filled]  # a cut is never at 0; one at `filled` is the padding's own
     by_document: dict[int, list[int]] = {}
-    for c in inside:
-        by_document.setdefault(int(np.searchsorted(starts, c, side="right")) - 1, []).append(c)
+    for c in inside:  # c is no start of the packer's: the document it falls in is the last start before it
+        by_document.setdefault(int(np.searchsorted(starts, c)) - 1, []).append(c)
     for d, cs in by_document.items():
         pieces = np.diff([starts[d], *cs, starts[d + 1]]).tolist()
         at = ", ".join(str(c - starts[d]) for c in cs)
         why = ""
-        if form == "eos" and ids is not None and all(int(ids[c - 1]) == eos_id for c in cs):
+        if form == "eos" and ids is not None:  # each cut the EOS form makes follows an EOS
             why = f": token {eos_id}, the EOS id, occurs inside it (offsets {', '.join(str(c - 1 - starts[d]) for c in cs)})"
         findings.append(Finding(form, r, "split", cs[0], f"{form}: row {r}'s document {d} (length {due[d]}) is read "
                                                          f"as {len(pieces)} documents {pieces}, cut at offsets {at}{why}"))

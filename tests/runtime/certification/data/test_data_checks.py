@@ -45,3 +45,43 @@ def test_boundaries_skip_without_the_packers_lengths_and_a_raising_loader_fails_
     raised = run_check(DataSubject([], broken), "data[boundaries]")
     assert not raised.passed and raised.message.startswith("the loader raised: RuntimeError in ")
     assert "shard 3 is gone" in raised.message and "\n" not in raised.message
+
+
+class Resumable:
+    """A loader of rows that saves and restores where it is, as torchdata's StatefulDataLoader does."""
+
+    def __init__(self, rows):
+        self.rows, self.at = rows, 0
+
+    def __iter__(self):
+        while self.at < len(self.rows):
+            self.at += 1
+            yield self.rows[self.at - 1]
+
+    def state_dict(self):
+        return {"at": self.at}
+
+    def load_state_dict(self, state):
+        self.at = state["at"]
+
+
+def test_every_setting_of_the_subject_reaches_the_coverage_count():
+    from tensorcad.runtime.certification import check_coverage
+
+    # documents named by "doc", their lengths read from "tokens", each truncated to 4 by the packer
+    documents = [{"doc": d, "tokens": [1] * n} for d, n in enumerate([6, 3, 5])]
+    rows = [{"input_ids": np.ones((1, 4)), **{k: np.asarray([v]) for k, v in provenance(d, min(n, 4)).items()}}
+            for d, n in enumerate([6, 3, 5])]
+    settings = dict(pieces="tokens", policy="truncate", max_length=4, resume_at=1, id_key="doc", length_of="tokens")
+    result = run_check(DataSubject(documents, lambda: Resumable(rows), **settings), "data[coverage]")
+    direct = check_coverage(documents, lambda: Resumable(rows), **settings).to_json()
+    assert result.passed and result.name == "data[coverage]" and result.message == direct["message"]
+    assert {k: v for k, v in result.figures.items() if k != "seconds"} == {
+        k: v for k, v in direct.items() if k != "seconds"}
+    assert result.figures["dropped"] == 3 and result.figures["resumed_at"] == 1 and result.figures["batches"] == 3
+    # and the count fails as the direct call does when the packer drops a token it should keep
+    short = [dict(rows[0]), *rows[1:]]
+    short[0] = {k: v[:, :3] for k, v in rows[0].items()}
+    failed = run_check(DataSubject(documents, lambda: Resumable(short), **settings), "data[coverage]")
+    assert not failed.passed and failed.name == "data[coverage]"
+    assert failed.message == check_coverage(documents, lambda: Resumable(short), **settings).message
