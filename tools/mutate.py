@@ -97,7 +97,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
     **{name: ([f"tensorcad/{source}" for source in sources], tests)
        for name, sources, tests in (
            ("data_coverage", ["runtime/certification/data/coverage.py", "runtime/certification/data/pieces.py"],
-            ["tests/runtime/certification/data/test_coverage.py", "tests/runtime/certification/data/test_data_checks.py"]),
+            ["tests/runtime/certification/data/test_coverage.py", "tests/runtime/certification/data/test_coverage_exact.py",
+             "tests/runtime/certification/data/test_data_checks.py"]),
            ("data_at_scale", ["runtime/certification/data/at_scale.py"],
             ["tests/runtime/certification/data/test_coverage_at_scale.py"]),
            ("data_boundaries", ["runtime/certification/data/boundaries.py", "runtime/certification/data/checks.py"],

@@ -62,7 +62,7 @@ class Examples:
     def __call__(self, batch: Any, path: str = "batch") -> Pieces:
         ids = _array(batch, self.key, path).reshape(-1)
         n = len(ids)
-        return Pieces(hash_ids(ids if ids.dtype.kind in "iu" else ids.astype(object), f"{path}.{self.key}"),
+        return Pieces(hash_ids(ids, f"{path}.{self.key}"),  # integers by splitmix64, strings by BLAKE2b
                       np.zeros(n, np.int64), np.ones(n, np.int64))
 
 
