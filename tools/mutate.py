@@ -106,6 +106,20 @@ MODULES: dict[str, tuple[str, list[str]]] = {
              "tests/runtime/certification/data/test_boundaries_exact.py",
              "tests/runtime/certification/data/test_data_checks.py"]),
            ("guard_kernel", ["guard/kernel.py"], ["tests/guard/test_guard_data_boundaries.py"]),
+           # mixture of experts (issue 44): the drops a capacity makes, the router's aux loss in the step, the
+           # capacity leak's cause, the generated experts and latent attention, the rules under packing
+           ("capacity_drops", ["analysis/capacity.py"], ["tests/analysis/test_capacity_drops.py"]),
+           ("router_aux", ["runtime/certification/step/router.py"], ["tests/hf/test_step_router_aux.py"]),
+           ("capacity_cause", ["runtime/certification/design/capacity.py"],
+            ["tests/runtime/certification/design/test_capacity.py"]),
+           ("experts_code", ["codegen/experts.py"], ["tests/codegen/test_experts_code.py"]),
+           ("latent_code", ["codegen/latent.py"], ["tests/codegen/test_latent_attention.py"]),
+           ("moe_rules", ["rules/experts.py"], ["tests/rules/test_experts.py"]),
+           # the other readers of a boundary (issue 46): multi-token prediction, vision-language rows
+           ("mtp", ["runtime/certification/step/mtp.py", "runtime/building/mtp.py"],
+            ["tests/runtime/certification/step/test_mtp_labels.py", "tests/analysis/test_mtp_params.py"]),
+           ("vision", ["runtime/certification/forward/vision.py", "hf/vision.py"],
+            ["tests/hf/test_vision_rows.py", "tests/hf/test_vision_step.py"]),
        )},
 }
 
