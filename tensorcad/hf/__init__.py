@@ -29,6 +29,7 @@ from .config import Disposition, Reader, looks_like_config, read_config
 from .diagnosis import diagnose, diagnose_failure, reachable_hf_models
 from .vision import VisionRows, vision_rows
 from . import decoders  # noqa: F401  (registers its families' readers)
+from . import experts  # noqa: F401  (and the mixtures of experts')
 from .hybrid import families as _hybrid_families  # noqa: F401  (and the hybrids')
 from .families import READERS, family
 from .families import SUPPORTED as _FIRST

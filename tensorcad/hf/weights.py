@@ -43,7 +43,8 @@ _CLASSES = {
     "qwen3": "Qwen3ForCausalLM", "phi3": "Phi3ForCausalLM", "gemma2": "Gemma2ForCausalLM", "gpt2": "GPT2LMHeadModel",
     "gemma3_text": "Gemma3ForCausalLM", "olmo2": "Olmo2ForCausalLM", "granite": "GraniteForCausalLM",
     "starcoder2": "Starcoder2ForCausalLM", "smollm3": "SmolLM3ForCausalLM", "cohere": "CohereForCausalLM",
-    "stablelm": "StableLmForCausalLM", **HYBRID_CLASSES,
+    "stablelm": "StableLmForCausalLM", "qwen3_moe": "Qwen3MoeForCausalLM", "qwen2_moe": "Qwen2MoeForCausalLM",
+    "mixtral": "MixtralForCausalLM", "olmoe": "OlmoeForCausalLM", **HYBRID_CLASSES,
 }
 # Our names of a block's norms -> transformers' (Gemma's norm before the MLP is pre_feedforward_layernorm).
 _BLOCK_NORMS = {"attention_norm": "input_layernorm", "mlp_norm": "post_attention_layernorm",
@@ -139,6 +140,16 @@ def weight_map(design: Design, attr: Callable[[str], str] = lambda id: id) -> We
             add(f"{h}.self_attn.q_norm.weight", f"{a}.q_norm.weight")
             add(f"{h}.self_attn.k_norm.weight", f"{a}.k_norm.weight")
         mlp_kinds = ["weight"] + (["bias"] if p["mlp_bias"] else [])
+        if mlp.kind == "moe":  # the router, the experts as transformers 5 stores them (one tensor each), shared
+            add(f"{h}.mlp.gate.weight", f"{L}.mlp.gate.weight")
+            add(f"{h}.mlp.experts.gate_up_proj", f"{L}.mlp.gate_up_proj")
+            add(f"{h}.mlp.experts.down_proj", f"{L}.mlp.down_proj")
+            if mlp.params["shared"] is not None:
+                for which in ("gate", "up", "down"):
+                    add(f"{h}.mlp.shared_expert.{which}_proj.weight", f"{L}.mlp.shared.{which}.weight")
+            if mlp.params["shared_gate"]:
+                add(f"{h}.mlp.shared_expert_gate.weight", f"{L}.mlp.shared_gate.weight")
+            mlp_kinds = []
         for kind in mlp_kinds:
             if model_type == "phi3":
                 add(f"{h}.mlp.gate_up_proj.{kind}", f"{L}.mlp.gate.{kind}", f"{L}.mlp.up.{kind}")

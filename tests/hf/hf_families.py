@@ -7,7 +7,7 @@ _NO_TOKENS = dict(bos_token_id=None, eos_token_id=None, pad_token_id=None)
 _LLAMA_SHAPES = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
 WINDOW = 8  # Mistral's, Qwen2's and Phi-3's window, smaller than every document of the packed row
-WINDOWED = ("mistral", "qwen2", "phi3", "gemma2", "gemma3_text", "starcoder2")
+WINDOWED = ("mistral", "qwen2", "phi3", "gemma2", "gemma3_text", "starcoder2", "mixtral")
 
 
 def tiny_config(transformers, family: str):
@@ -54,17 +54,31 @@ def tiny_config(transformers, family: str):
         return t.CohereConfig(**_LLAMA_SHAPES, **_NO_TOKENS, logit_scale=0.25)
     if family == "stablelm":  # a quarter of each head rotated, q/k/v biased
         return t.StableLmConfig(**_LLAMA_SHAPES, **_NO_TOKENS, partial_rotary_factor=0.25, use_qkv_bias=True)
+    _experts = dict(num_experts_per_tok=2, output_router_logits=False)
+    if family == "qwen3_moe":  # top-2 of 4 normalised, q/k normed per head
+        return t.Qwen3MoeConfig(**_LLAMA_SHAPES, **_NO_TOKENS, **_experts, num_experts=4, moe_intermediate_size=32,
+                                norm_topk_prob=True)
+    if family == "qwen2_moe":  # a gated shared expert beside the routed ones, top-k not normalised
+        return t.Qwen2MoeConfig(**_LLAMA_SHAPES, **_NO_TOKENS, **_experts, num_experts=4, moe_intermediate_size=32,
+                                shared_expert_intermediate_size=48)
+    if family == "mixtral":  # and a window
+        return t.MixtralConfig(**_LLAMA_SHAPES, **_NO_TOKENS, **_experts, num_local_experts=4, sliding_window=WINDOW)
+    if family == "olmoe":  # q/k normed over the whole projection
+        return t.OlmoeConfig(**_LLAMA_SHAPES, **_NO_TOKENS, **_experts, num_experts=4)
     raise AssertionError(family)
 
 
 # The families import-hf reads since issue 34, and Llama 3.1's rope scaling.
-NEW_FAMILIES = ("llama-3.1", "gemma3_text", "olmo2", "granite", "starcoder2", "smollm3", "cohere", "stablelm")
+NEW_FAMILIES = ("llama-3.1", "gemma3_text", "olmo2", "granite", "starcoder2", "smollm3", "cohere", "stablelm",
+                # and the mixtures of experts (issue 44)
+                "qwen3_moe", "qwen2_moe", "mixtral", "olmoe")
 FAMILIES = ("llama", "llama-biased", "mistral", "qwen2", "qwen3", "phi3", "gemma2", "gpt2") + NEW_FAMILIES
 CONFIG_CLASSES = {"llama": "LlamaConfig", "llama-biased": "LlamaConfig", "mistral": "MistralConfig", "qwen2": "Qwen2Config",
                   "qwen3": "Qwen3Config", "phi3": "Phi3Config", "gemma2": "Gemma2Config", "gpt2": "GPT2Config",
                   "llama-3.1": "LlamaConfig", "gemma3_text": "Gemma3TextConfig", "olmo2": "Olmo2Config",
                   "granite": "GraniteConfig", "starcoder2": "Starcoder2Config", "smollm3": "SmolLM3Config",
-                  "cohere": "CohereConfig", "stablelm": "StableLmConfig"}
+                  "cohere": "CohereConfig", "stablelm": "StableLmConfig", "qwen3_moe": "Qwen3MoeConfig",
+                  "qwen2_moe": "Qwen2MoeConfig", "mixtral": "MixtralConfig", "olmoe": "OlmoeConfig"}
 
 
 def tiny_gemma2(transformers, layers=4):
