@@ -19,6 +19,7 @@ import torch
 from tensorcad.errors import TensorcadError, one_line
 
 from .audit import Finding, audit_batch, documents_of
+from .experts import ExpertsCall, with_padding
 from .kernel import kernel_findings
 from .path import LayerPath, paths_of, summarize
 from .recording import AttentionCall, recording
@@ -66,6 +67,7 @@ class GuardReport:
     findings: list[Finding]
     certificates: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
+    experts: list[ExpertsCall] = field(default_factory=list)  # each mixture-of-experts layer's routing
 
     @property
     def passed(self) -> bool:
@@ -88,12 +90,15 @@ class GuardReport:
         if self.failures:
             return "\n".join(self.failures)
         checked = ", ".join(self.certificates) or "no certificates"
-        return f"packing holds: {'; '.join(summarize(self.paths)) or 'no attention call recorded'} ({checked} passed)"
+        experts = f"; experts: {experts_summary(self.experts)}" if self.experts else ""
+        return (f"packing holds: {'; '.join(summarize(self.paths)) or 'no attention call recorded'}{experts} "
+                f"({checked} passed)")
 
     def to_json(self) -> dict:
         return {"passed": self.passed, "failures": list(self.failures), "findings": [f.to_json() for f in self.findings],
                 "layers": [p.to_json() for p in self.paths],
-                "certificates": {n: r.passed for n, r in self.certificates.items()}}
+                "certificates": {n: r.passed for n, r in self.certificates.items()},
+                "experts": [c.to_json() for c in self.experts]}
 
 
 def is_hf(model: Any) -> bool:
@@ -170,8 +175,30 @@ def check_batch(model: Any, batch: Mapping[str, Any], *, calls: list[AttentionCa
     if lengths is not None:  # and what each attention call received, held to the same lengths
         findings += kernel_findings(calls, lengths)
     paths = paths_of(calls, documents_of(batch))
+    experts = _padding_routed(list(getattr(calls, "experts", ())), batch)
     results: dict[str, Any] = {}
     if certify_on is not None and tuple(certificates):
         step_batch = {k: v for k, v in batch.items() if k not in NOT_BATCH}
         results = dict(certify_step(certify_on, step_batch, only=tuple(certificates)).results)
-    return GuardReport(paths, findings, results, verdicts(paths, findings, results, on))
+    capacity = next((c for c in experts if not c.dropless and c.dropped), None)
+    router = None if capacity is None else (
+        f"{capacity.layer} routes with a capacity ({capacity.capacity:g}) and dropped {capacity.dropped} "
+        "routing(s) on this batch: packed documents take each other's slots")
+    return GuardReport(paths, findings, results, verdicts(paths, findings, results, on, router), experts)
+
+
+def _padding_routed(experts: list[ExpertsCall], batch: Mapping[str, Any]) -> list[ExpertsCall]:
+    mask = batch.get("attention_mask")
+    if not experts or not isinstance(mask, torch.Tensor) or mask.dim() != 2:
+        return experts
+    return with_padding(experts, int((mask == 0).sum()), int(mask.numel()))
+
+
+def experts_summary(experts: list[ExpertsCall]) -> str:
+    """One phrase for every routing layer: how many, each kind of path once."""
+    kinds: dict[str, int] = {}
+    for c in experts:
+        how = "dropless" if c.dropless else f"capacity {c.capacity:g}"
+        key = f"{how} ({c.implementation}), top-{c.top_k} of {c.experts}"
+        kinds[key] = kinds.get(key, 0) + 1
+    return ", ".join(f"{n} layer{'s' if n != 1 else ''} {key}" for key, n in kinds.items())

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .experts import ExpertsCall, experts_recording
+
 # The keywords an attention function reads that say how it treats documents and windows.
 READ_KEYWORDS = ("is_causal", "sliding_window", "cu_seq_lens_q", "cu_seq_lens_k", "position_ids", "seq_idx")
 
@@ -87,13 +89,23 @@ def _generated_around(calls: list[AttentionCall]) -> Callable:
     return around
 
 
+class Calls(list):
+    """The attention calls of a recorded block, in order; ``experts``: each mixture-of-experts layer's call."""
+
+    def __init__(self, calls=(), experts=()):
+        super().__init__(calls)
+        self.experts: list[ExpertsCall] = list(experts)
+
+
 @contextlib.contextmanager
-def recording(model: Any) -> Iterator[list[AttentionCall]]:
-    """Record every attention call made inside the block (a transformers model's, a generated model's)."""
-    calls: list[AttentionCall] = []
+def recording(model: Any) -> Iterator[Calls]:
+    """Record every attention call made inside the block (a transformers model's, a generated model's), and how
+    each mixture-of-experts layer routed (``.experts``)."""
+    calls = Calls()
     generated = getattr(type(model), "recording_attend", None)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_hf_recording(calls))
+        stack.enter_context(experts_recording(model, calls.experts))
         if generated is not None:
             stack.enter_context(generated(around=_generated_around(calls)))
         yield calls

@@ -24,7 +24,7 @@ from typing import Any
 from tensorcad.errors import TensorcadError, shown
 
 from .check import CERTIFICATES, GuardError, GuardReport, check_batch, is_hf
-from .recording import AttentionCall, recording
+from .recording import AttentionCall, Calls, recording
 
 ON_FAILURE = ("raise", "warn", "stop")
 
@@ -36,6 +36,7 @@ class _Step:
     batch: dict[str, Any] | None = None
     calls: list[AttentionCall] = field(default_factory=list)
     first_forward: int | None = None  # how many calls the first forward made (a loop may call the model again)
+    first_experts: int | None = None  # and how many routing layers' calls
 
 
 def _named(module: Any, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -135,7 +136,7 @@ class Guard:
         with recording(model) as calls:
             def ended(module, args, output):
                 if step.first_forward is None:
-                    step.first_forward = len(calls)
+                    step.first_forward, step.first_experts = len(calls), len(calls.experts)
 
             handles = [model.register_forward_pre_hook(keep, with_kwargs=True), model.register_forward_hook(ended)]
             try:
@@ -143,7 +144,7 @@ class Guard:
             finally:
                 for handle in handles:
                     handle.remove()
-                step.calls = list(calls[:step.first_forward])
+                step.calls = Calls(calls[:step.first_forward], calls.experts[:step.first_experts])
 
     def check(self, model: Any, step_number: int, batch: Mapping[str, Any] | None,
               calls: list[AttentionCall] | None = None) -> GuardReport | None:

@@ -54,8 +54,10 @@ def path_verdicts(paths: list[LayerPath], findings: list[Finding]) -> list[str]:
     return lines
 
 
-def certificate_verdicts(results: dict[str, Any], paths: list[LayerPath], on: str) -> list[str]:
-    """The lines for failed certificates; ``on``: what they ran on ('the replica', 'the model')."""
+def certificate_verdicts(results: dict[str, Any], paths: list[LayerPath], on: str,
+                         router: str | None = None) -> list[str]:
+    """The lines for failed certificates; ``on``: what they ran on ('the replica', 'the model'); ``router``: a
+    mixture-of-experts layer that dropped routings on the batch (then it, not the attention, is the cause)."""
     lines = []
     apart = bool(paths) and not any(p.documents_apart is False or p.window_lost for p in paths)
     labels = "step[labels]" in results and not results["step[labels]"].passed  # then the loss fails for them
@@ -63,7 +65,9 @@ def certificate_verdicts(results: dict[str, Any], paths: list[LayerPath], on: st
         if result.passed:
             continue
         head = result.message().splitlines()[0]
-        if apart and not labels:
+        if apart and not labels and router is not None:
+            lines.append(f"{name} failed on {on}: {head}; {router}")
+        elif apart and not labels:
             implementations = sorted({p.implementation for p in paths})
             lines.append(f"{name} failed on {on}: {head}; no mask reaching {', '.join(implementations)} lets "
                          "documents see each other, so the attention implementation itself ignores them "
@@ -74,7 +78,7 @@ def certificate_verdicts(results: dict[str, Any], paths: list[LayerPath], on: st
 
 
 def verdicts(paths: list[LayerPath], findings: list[Finding], results: dict[str, Any] | None = None,
-             on: str = "the replica") -> list[str]:
+             on: str = "the replica", router: str | None = None) -> list[str]:
     """Every failing line: the path's, then the findings that stand alone, then the certificates'."""
     lines = path_verdicts(paths, findings)
     for f in findings:
@@ -85,6 +89,6 @@ def verdicts(paths: list[LayerPath], findings: list[Finding], results: dict[str,
         lines.append(f"{f.setting}: {f.line}")
     if results:
         covered = bool(lines)
-        certificate_lines = certificate_verdicts(results, paths, on)
+        certificate_lines = certificate_verdicts(results, paths, on, router)
         lines += certificate_lines if not covered else [f"(confirmed: {line})" for line in certificate_lines]
     return lines

@@ -53,10 +53,15 @@ def large_config(family: str):
     classes = {"llama": t.LlamaConfig, "mistral": t.MistralConfig, "qwen2": t.Qwen2Config, "qwen3": t.Qwen3Config,
                "phi3": t.Phi3Config, "olmo2": t.Olmo2Config, "granite": t.GraniteConfig,
                "starcoder2": t.Starcoder2Config, "smollm3": t.SmolLM3Config, "cohere": t.CohereConfig,
-               "stablelm": t.StableLmConfig}
+               "stablelm": t.StableLmConfig, "qwen3_moe": t.Qwen3MoeConfig, "qwen2_moe": t.Qwen2MoeConfig,
+               "mixtral": t.MixtralConfig, "olmoe": t.OlmoeConfig}
+    experts = dict(num_experts_per_tok=2, moe_intermediate_size=512)
     extra = {"mistral": dict(sliding_window=4096), "qwen3": dict(head_dim=128, tie_word_embeddings=True),
              "phi3": dict(sliding_window=2047, pad_token_id=0),
              "smollm3": dict(pad_token_id=0, bos_token_id=1, eos_token_id=2),  # within the 1,000 ids
+             "qwen3_moe": dict(num_experts=8, **experts), "olmoe": dict(num_experts=8, num_experts_per_tok=2),
+             "qwen2_moe": dict(num_experts=8, shared_expert_intermediate_size=1024, **experts),
+             "mixtral": dict(num_local_experts=8, num_experts_per_tok=2),
              "llama": dict(rope_parameters={
                  "rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192})}

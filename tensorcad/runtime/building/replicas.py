@@ -119,6 +119,9 @@ def replica_config(config: Any, layers: int = 2, hidden: int = 64, window: int =
     _mixer_heads(small, config, hidden)
     if getattr(config, "intermediate_size", None) is not None:
         small.intermediate_size = 2 * hidden
+    for name in ("moe_intermediate_size", "shared_expert_intermediate_size"):  # the experts' widths too, not
+        if getattr(config, name, None):  # their count or top-k: the routing is the model's
+            setattr(small, name, hidden)
     if getattr(config, "n_inner", None) is not None:
         small.n_inner = 2 * hidden
     if isinstance(getattr(config, "sliding_window", None), int):
