@@ -23,6 +23,7 @@ from .capacity import CapacityDrops, capacity_drops
 from .context_parallel.report import ContextParallelReport, context_parallel_report
 from .cost import attention_flops, chinchilla_tokens, matmul_flops, train_flops, training_time
 from .layers import LayerFlops, layer_flops
+from .mtp import MtpCost, mtp_cost
 from .mixers import mixing_flops
 from .operating_point import BYTES, OperatingPoint, check_budget
 from .params import ParamCount, count_params
@@ -83,6 +84,7 @@ class Report:
     cp: ContextParallelReport | None = None  # training split across ranks: counted from the slowest
     layers: tuple[LayerFlops, ...] = ()  # a design with stateful mixers: each block, its FLOPs a token
     capacity: tuple[CapacityDrops, ...] = ()  # capacity-bound experts: the routings they drop (analysis.capacity)
+    mtp: MtpCost | None = None  # multi-token prediction's modules, counted apart (analysis.mtp); trained beside
 
     @property
     def training_flops(self) -> Flops:
@@ -116,6 +118,8 @@ class Report:
             out["layers"] = [layer.to_json() for layer in self.layers]
         if self.capacity:
             out["capacity"] = [drops.to_json() for drops in self.capacity]
+        if self.mtp is not None:
+            out["mtp"] = self.mtp.to_json()
         return out
 
 
@@ -224,6 +228,9 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
     cp = _context_parallel(design, op, matmul + flops.fwd_mixing, train) if op.cp is not None else None
     if cp is not None:
         per_token = cp.train_per_token  # the step waits for the slowest rank's blocks
+    mtp = mtp_cost(design, op.seq, op.packing, op.seed)
+    if mtp is not None:  # the modules train beside the model, on every token it trains on
+        per_token += mtp.train_per_token
     tokens = op.tokens if op.tokens is not None else chinchilla_tokens(params.total)
     time = training_time(tokens, per_token, op.gpus, op.peak, op.mfu, op.price_per_gpu_hour)
     return Report(
@@ -243,6 +250,7 @@ def _analyze(design: Design, op: OperatingPoint) -> Report:
         layers=tuple(layer_flops(design, op.seq, op.packing if packed is not None else None, op.seed))
         if mixers(design) else (),
         capacity=capacity_drops(design, op.seq, op.packing, op.seed, ROWS),
+        mtp=mtp,
     )
 
 
@@ -332,6 +340,10 @@ def render(report: Report):
                   f"counted from the slowest rank ({c.slowest_over_balanced:.2f}x the row's own attention)")
         for case in c.pytorch:  # what PyTorch will do here, said before launch
             t.add_row("  PyTorch", case.case, case.message)
+    if report.mtp is not None:
+        m = report.mtp
+        t.add_row(f"MTP modules ({m.depth})", f"{m.params.total:,}", f"params apart; train {si(m.train_per_token, 'FLOP')} "
+                  "a token beside the model's, counted in the training time")
     budget = "the budget set" if op.tokens is not None else "default: Chinchilla's 20 a parameter (--tokens)"
     t.add_row("training tokens", f"{report.training_tokens:,.0f}", budget)
     t.add_row("training time", duration(report.training_seconds),

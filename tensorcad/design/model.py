@@ -104,6 +104,7 @@ class Design:
     output: str
     context: int  # the sequence length its presets and defaults assume
     source: Mapping[str, Any]  # the file's content, for printing and goldens
+    mtp: int | None = None  # multi-token prediction's depth (DeepSeek-V3's), None: none
 
     def to_dict(self) -> dict[str, Any]:
         """A fresh, mutable copy of the file's content."""

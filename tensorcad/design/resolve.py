@@ -23,7 +23,7 @@ from .expr.nodes import FUNCTIONS, INDEX_NAMES, SCORE_NAME
 from .model import Design, Input, Node, Wire
 from .raw import MAX_ID, as_object, check_id, check_kind, check_name, no_unknown
 
-_TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output", "hf")
+_TOP_KEYS = ("name", "description", "context", "inputs", "nodes", "output", "hf", "mtp")
 _NODE_KEYS = ("id", "kind", "in", "params", "description")
 MAX_NODES = 10_000
 # A port handed down by name is read in expressions and named in generated
@@ -80,6 +80,7 @@ class _Resolver(Expander):
             raise TensorcadError("output", f"{shown(output)} is not a node (nodes: {', '.join(self.nodes)})")
         if self.nodes[output].dim is None:
             raise TensorcadError("output", f"{shown(output)} is a table, not a layer")
+        mtp = self._mtp(raw["mtp"], output) if "mtp" in raw else None
         return Design(
             name=name,
             inputs=tuple(self.inputs.values()),
@@ -87,7 +88,23 @@ class _Resolver(Expander):
             output=output,
             context=context,
             source=MappingProxyType(raw),
+            mtp=mtp,
         )
+
+    def _mtp(self, raw: Any, output: str) -> int:
+        """Multi-token prediction's depth (DeepSeek-V3's): modules each of one block like the stack's last, sharing
+        the embedding and the output head, trained on the tokens 2..depth + 1 ahead."""
+        raw = as_object(raw, "mtp")
+        no_unknown(raw, ("depth",), "mtp", "multi-token prediction")
+        depth = raw.get("depth", 1)
+        if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 8:
+            raise TensorcadError("mtp.depth", f"expected a depth of 1..8 modules, got {shown(depth)}")
+        if not any(n.kind == "stack" for n in self.nodes.values()) or self.nodes[output].kind != "linear":
+            raise TensorcadError("mtp", "multi-token prediction needs a stack of blocks and a linear output head "
+                                        "(its modules repeat the stack's last block and share the head)")
+        if not any(n.kind == "embedding" for n in self.nodes.values()):
+            raise TensorcadError("mtp", "multi-token prediction embeds the tokens ahead: the design needs an embedding")
+        return depth
 
     def _inputs(self, raw: Any) -> None:
         raw = as_object(raw, "inputs")

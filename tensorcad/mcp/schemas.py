@@ -52,15 +52,23 @@ _SERVING = closed({"fwdPerToken": NUMBER, "perStream": closed({"kvCacheBytes": N
 _LAYER = closed({"name": STRING, "block": STRING, "mixer": STRING, "layers": INTEGER, "fwdPerToken": NUMBER,
                  "packedFwdPerToken": NUMBER, "readsDocuments": BOOLEAN, "movesWithDocumentLength": BOOLEAN},
                 optional=("block", "packedFwdPerToken"))
+_PARAMS = closed({"total": INTEGER, "embedding": INTEGER, "matmul": INTEGER, "active": INTEGER},
+                 ("active",))  # active: only where a design has a moe
+# capacity-bound experts (analysis.capacity): the routings they drop
+_CAPACITY = closed({"node": STRING, "layers": INTEGER, "capacity": NUMBER, "scope": STRING, "microBatch": INTEGER,
+                    "droppedUnpacked": NUMBER, "droppedPacked": NUMBER, "droppedPackedError": NUMBER},
+                   optional=("droppedPacked", "droppedPackedError"))
+# multi-token prediction's modules (analysis.mtp)
+_MTP = closed({"depth": INTEGER, "params": _PARAMS, "fwdPerToken": NUMBER, "trainPerToken": NUMBER})
 ANALYZE = closed({"design": STRING, "operatingPoint": operating_point_schema("report"),
-                  "params": closed({"total": INTEGER, "embedding": INTEGER, "matmul": INTEGER, "active": INTEGER},
-                                   ("active",)),  # active: only where a design has a moe
+                  "params": _PARAMS,
                   "flops": closed({**_FLOPS, "packed": closed(_FLOPS, optional=("packing", "fwdMixing"))},
                                   optional=("packing", "packed", "fwdMixing")),
                   "training": _TRAINING, "serving": _SERVING,
                   "warnings": {"type": "array", "items": STRING}, "contextParallel": OBJECT,
-                  "layers": {"type": "array", "items": _LAYER}},
-                 optional=("warnings", "contextParallel", "layers"))
+                  "layers": {"type": "array", "items": _LAYER},
+                  "capacity": {"type": "array", "items": _CAPACITY}, "mtp": _MTP},
+                 optional=("warnings", "contextParallel", "layers", "capacity", "mtp"))
 RULES = listed(closed({"rule": STRING, "severity": {"type": "string", "enum": ["error", "warn", "note"]},
                        "message": STRING, "path": STRING}))
 CODEGEN = closed({"name": STRING, "scale": nullable(INTEGER), "source": STRING})

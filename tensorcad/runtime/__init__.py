@@ -23,6 +23,7 @@ from tensorcad.faces import lazy
 _LAZY = {
     "scale": ".building:scale",
     "build": ".building:build",
+    "with_mtp": ".building.mtp:with_mtp",
     "load_module": ".building:load_module",
     "Subject": ".building:Subject",
     "Settings": ".building:Settings",

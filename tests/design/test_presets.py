@@ -138,4 +138,5 @@ def test_deepseek_v3s_multi_token_prediction_is_counted_apart_and_named():
     assert mtp.embedding == 0
     stored = mtp.total + 2 * 129_280 * 7168
     assert abs((count_params(load("deepseek-v3")).total + stored) / 685e9 - 1) < 0.01
-    assert "multi-token prediction module, counted apart" in load("deepseek-v3").source["description"]
+    assert load("deepseek-v3").mtp == 1 and "multi-token prediction module (depth 1)" in load("deepseek-v3").source[
+        "description"]
