@@ -90,8 +90,7 @@ class DataBoundariesResult:
 
 def provenance_lengths(docs: Any) -> list[list[int]]:
     """Each row's document lengths from a per-token document column (negative on padding, which ends the row)."""
-    grid = _numpy(docs)
-    grid = grid.reshape(1, -1) if grid.ndim == 1 else grid
+    grid = np.atleast_2d(_numpy(docs))  # one row as a 1-D column
     out = []
     for r, row in enumerate(grid.tolist()):
         pad = next((t for t, d in enumerate(row) if d < 0), len(row))
@@ -106,7 +105,7 @@ def _received(batch: Mapping, form: str, shape: tuple[int, int], eos_id: int | N
     if form == "position_ids":
         return _numpy(documents_of_positions(_numpy(batch["position_ids"]).reshape(rows, seq)))
     if form == "cu_seq_lens_q":
-        return _numpy(documents_of_cu_seqlens(_numpy(batch["cu_seq_lens_q"]).reshape(-1), seq, rows))
+        return _numpy(documents_of_cu_seqlens(_numpy(batch["cu_seq_lens_q"]).ravel(), seq, rows))
     if form == "seq_idx":
         return _numpy(documents_of_seq_idx(_numpy(batch["seq_idx"]).reshape(rows, seq)))
     if form == "documents":
@@ -115,7 +114,7 @@ def _received(batch: Mapping, form: str, shape: tuple[int, int], eos_id: int | N
 
 
 def _cuts(lengths: list[int]) -> set[int]:
-    return set(np.cumsum(lengths)[:-1].tolist()) if lengths else set()
+    return set(np.cumsum(lengths, dtype=np.int64)[:-1].tolist())  # the positions where a next document starts
 
 
 def _row_findings(form: str, r: int, due: list[int], got: list[int], ids: np.ndarray | None,
@@ -124,9 +123,7 @@ def _row_findings(form: str, r: int, due: list[int], got: list[int], ids: np.nda
     due_cuts, got_cuts = _cuts(due), _cuts(got)
     starts = np.r_[0, np.cumsum(due)].tolist()
     findings = []
-    for c in sorted(due_cuts - got_cuts):
-        if c >= filled:
-            continue
+    for c in sorted(due_cuts - got_cuts):  # each before `filled`: the last document's end is no cut
         d = starts.index(c) - 1  # the document that ends at c
         why = ""
         if form == "eos" and ids is not None:  # an EOS there would have cut it: the document lost its own
@@ -169,13 +166,15 @@ def check_data_boundaries(batch: Mapping, lengths: Any, *, eos_id: int | None = 
     if ids_key not in batch:
         raise TensorcadError(f"batch.{ids_key}", f"the batch has no {ids_key!r} (its shape is the rows')")
     ids = _numpy(batch[ids_key])
-    rows, seq = (1, ids.shape[-1]) if ids.ndim == 1 else (int(np.prod(ids.shape[:-1])), ids.shape[-1])
+    if ids.ndim == 0:
+        raise TensorcadError(f"batch.{ids_key}", "expected token ids of shape (..., tokens), got one number")
+    rows, seq = int(np.prod(ids.shape[:-1])), ids.shape[-1]  # every dimension but the last is rows
     ids = ids.reshape(rows, seq)
     if not isinstance(lengths, (list, tuple)) or len(lengths) != rows:
         raise TensorcadError("lengths", f"expected a list of {rows} rows of document lengths, got {lengths!r:.80}")
     due = []
     for r, row in enumerate(lengths):
-        row = [int(n) for n in (_numpy(row).reshape(-1).tolist())]
+        row = [int(n) for n in _numpy(row).ravel().tolist()]
         if any(n < 1 for n in row) or sum(row) > seq:
             raise TensorcadError(f"lengths[{r}]", f"documents of at least one token, at most {seq} in all, got {row}")
         due.append(row)

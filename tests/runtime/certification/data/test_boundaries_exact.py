@@ -145,6 +145,8 @@ def test_the_json_is_the_result():
     (lambda: check_data_boundaries([1, 2], [[2]]), "batch", "expected a mapping of the model's inputs, got list"),
     (lambda: check_data_boundaries({"ids": np.ones((1, 2))}, [[2]]), "batch.input_ids",
      "the batch has no 'input_ids' (its shape is the rows')"),
+    (lambda: check_data_boundaries({"input_ids": np.int64(3)}, [[2]]), "batch.input_ids",
+     "expected token ids of shape (..., tokens), got one number"),
     (lambda: check_data_boundaries({"input_ids": np.ones((2, 4))}, [[4]]), "lengths",
      "expected a list of 2 rows of document lengths, got [[4]]"),
     (lambda: check_data_boundaries({"input_ids": np.ones((2, 4))}, [[4], [0, 3]]), "lengths[1]",
@@ -167,6 +169,8 @@ def test_forms_asked_are_the_forms_checked_in_the_order_asked():
              "documents": np.array([[0, 0, 1, 1]])}
     assert check_data_boundaries(batch, [[2, 2]]).forms == ("position_ids", "documents")
     assert check_data_boundaries(batch, [[2, 2]], forms=["documents"]).forms == ("documents",)
+    # a column named like the EOS form is no form: EOS boundaries are read only with an eos_id
+    assert check_data_boundaries({**batch, "eos": np.zeros((1, 4))}, [[2, 2]]).forms == ("position_ids", "documents")
     assert FORMS == ("position_ids", "cu_seq_lens_q", "seq_idx", "documents", "eos")
 
 
@@ -218,6 +222,19 @@ def test_the_registry_reads_only_the_first_batches_and_a_subjects_own_lengths_an
                               "(length 2) runs on into document 1 at position 2")
     # the subject's EOS id is read: the EOS form is checked too, and holds ([4, EOS] [5, 6])
     assert result.figures["batches"][0]["forms"] == ["position_ids", "eos"]
+
+
+def test_the_registry_names_every_form_it_held_and_a_raising_loader_by_its_check():
+    both = {**_batch([[0, 1, 0, 1, 2]], lengths=[[2, 3]]), "documents": np.array([[0, 0, 1, 1, 1]])}
+    result = run_check(DataSubject([], [both]), "data[boundaries]")
+    assert result.message == "the first 1 batches' documents, position_ids hold the packer's 2 documents"
+
+    def broken():
+        raise RuntimeError("gone")
+        yield  # pragma: no cover
+
+    raised = run_check(DataSubject([], broken), "data[boundaries]")
+    assert raised.name == "data[boundaries]" and not raised.passed
 
 
 def test_the_registry_skips_a_loader_that_gives_nothing_saying_so():
