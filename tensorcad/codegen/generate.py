@@ -16,14 +16,15 @@ from ..design.model import Design, Node
 from ..design.rope_scaling import is_plain
 from ..errors import TensorcadError
 from ..hf.weights import weight_map
-from . import hf_weights, layout, prelude, rotary
+from . import hf_weights, layout, rotary
+from .runtime import prelude
 from .config import ConfigFields
 from .experts import moe_source, shared_mlp
 from .latent import DOC as LATENT_DOC
 from .latent import latent_forward, latent_init
 from .masks import Function, mask_function, mask_table, score_function
 from .mixer_code import MixerWriter
-from .mixer_runtime import MIXER_RUNTIME
+from .runtime.mixers import MIXER_RUNTIME
 from .model_class import ModelWriter, used_ports
 from .modules import MLPS, NORMS, PLACEHOLDER, Classes, assign_call, position_embedding
 from .names import RESERVED, Namer, comment_text, title_text

@@ -3,7 +3,7 @@
 A mask of positions only is a plain `mask_mod(b, h, q_idx, kv_idx)`. A mask that
 reads a tensor (a row's documents) is a factory called with it, returning a
 closure whose `__name__` says what it keeps and whose `reads` names the tensors it
-indexes, per the prelude's protocol (`prelude.ATTENTION_RUNTIME`). Scores follow
+indexes, per the prelude's protocol (`runtime/prelude.ATTENTION_RUNTIME`). Scores follow
 the same rule with `score_mod(score, b, h, q_idx, kv_idx)`.
 """
 

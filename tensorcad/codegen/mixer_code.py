@@ -3,7 +3,7 @@
 One class a concept, as `modules` writes them: `ShortConv` (LFM2's gated short
 convolution), `SSM` (Mamba-2's mixer), `LinearAttention` (Gated DeltaNet), their two
 gated norms, and the block around each (`ShortConvBlock`, ...). Each mixer hands the row's documents to the runtime
-(`mixer_runtime`) when its state resets there (`design.mixers.resets`); one that does
+(`runtime/mixers.py`) when its state resets there (`design.mixers.resets`); one that does
 not reset takes no documents at all, so the class says what it does. Sizes come from
 `config`, by the fields `ConfigFields` names.
 """

@@ -28,7 +28,7 @@ RESERVED = frozenset(
         # The contract Model states (model_class.py) and the recorder it names: a submodule called
         # `masks` or `recording_attend` replaced what the runtime reads, and the model failed at run time
         "masks", "recording_attend", "compile_pieces", "runtime_paths",
-        # the mixers' runtime (codegen/mixer_runtime.py) and their forward's locals
+        # the mixers' runtime (codegen/runtime/mixers.py) and their forward's locals
         "causal_conv", "chunked_scan", "blocks", "z", "u", "c", "g", "dt", "xbc", "qkv", "beta",
         "A", "D", "G", "H", "H_k", "K", "N", "P", "V",
         # rotary positions beyond plain rope (codegen/rotary.py), where a design has one

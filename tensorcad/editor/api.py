@@ -21,7 +21,7 @@ from typing import Any
 
 from tensorcad.analysis.context_parallel.ranks import DEFAULT_SHARD, SHARDINGS
 from tensorcad.analysis.operating_point import DEFAULTS, HARDWARE, OperatingPoint
-from tensorcad.analysis.operating_point_schema import operating_point_of
+from tensorcad.analysis.operating_point.schema import operating_point_of
 from tensorcad.analysis.report import Report, analyze as analyze_design, packed_flops
 from tensorcad.analysis.rows import tensor_roles
 from tensorcad.design import load, preset_names, show

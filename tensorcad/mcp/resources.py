@@ -42,7 +42,7 @@ def _reader(path: Traversable):
 
 
 def register(server: MCPServer) -> None:
-    from ..analysis.operating_point_schema import operating_point_schema
+    from ..analysis.operating_point.schema import operating_point_schema
     from ..design import preset_names
     from ..design.catalog import catalog_markdown
     from ..design.load import PRESETS

@@ -1,7 +1,7 @@
 """The tools' output schemas: the shape of each answer in ``tensorcad.views.answers``.
 
 An answer's operating point is the engine's own schema
-(``analysis.operating_point_schema``, as reported); the report's other
+(``analysis.operating_point.schema``, as reported); the report's other
 sections are objects whose figures the report's own tests pin. Every object
 here that lists its fields is closed (``additionalProperties: false``), so a
 field renamed in an answer fails the client's validation of the result.
@@ -9,7 +9,7 @@ field renamed in an answer fails the client's validation of the result.
 
 from __future__ import annotations
 
-from ..analysis.operating_point_schema import operating_point_schema
+from ..analysis.operating_point.schema import operating_point_schema
 from ..design.catalog import KINDS
 
 STRING, INTEGER, NUMBER, BOOLEAN = ({"type": t} for t in ("string", "integer", "number", "boolean"))

@@ -16,7 +16,7 @@ import anyio.from_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import ImageContent, TextContent
 
-from ..analysis.operating_point_schema import histogram_schema, operating_point_schema
+from ..analysis.operating_point.schema import histogram_schema, operating_point_schema
 from ..errors import TensorcadError
 from ..views import answers
 from . import schemas
@@ -38,7 +38,7 @@ def _design(design: Design):
 
 
 def _op(raw, design):
-    from ..analysis.operating_point_schema import operating_point_of
+    from ..analysis.operating_point.schema import operating_point_of
 
     return operating_point_of(raw, design, "op")
 
@@ -165,6 +165,6 @@ def register(server: MCPServer) -> None:
                   "tokens, mean, spread, quantiles (give it as op.packing.lengths to analyze).", schemas.LENGTHS,
           {"histogram": histogram_schema()})
     def lengths(histogram: dict) -> dict:
-        from ..analysis.operating_point_schema import histogram_lengths
+        from ..analysis.operating_point.schema import histogram_lengths
 
         return answers.lengths_summary(histogram_lengths(histogram, "histogram"))

@@ -15,7 +15,7 @@ jsonschema = pytest.importorskip("jsonschema")
 from tensorcad import load  # noqa: E402
 from tensorcad.analysis.context_parallel.ranks import ContextParallel  # noqa: E402
 from tensorcad.analysis.operating_point import OperatingPoint  # noqa: E402
-from tensorcad.analysis.operating_point_schema import (  # noqa: E402
+from tensorcad.analysis.operating_point.schema import (  # noqa: E402
     operating_point_of, operating_point_schema)
 from tensorcad.packing.corpus.histogram import Lengths  # noqa: E402
 from tensorcad.errors import TensorcadError  # noqa: E402
@@ -104,7 +104,7 @@ def test_errors_name_the_field_under_op():
 
 
 def test_the_schema_is_the_engine_s_and_loads_no_torch():
-    code = ("import sys, json; from tensorcad.analysis.operating_point_schema import operating_point_schema; "
+    code = ("import sys, json; from tensorcad.analysis.operating_point.schema import operating_point_schema; "
             "json.dumps(operating_point_schema()); assert 'torch' not in sys.modules and 'mcp' not in sys.modules")
     subprocess.run([sys.executable, "-c", code], check=True)
     assert json.loads(json.dumps(operating_point_schema("report")))["additionalProperties"] is False

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from tensorcad.codegen import prelude  # noqa: E402
+from tensorcad.codegen.runtime import prelude  # noqa: E402
 
 IMPORTS, ATTENTION_RUNTIME, ROTARY_RUNTIME = (
     prelude.IMPORTS, prelude.ATTENTION_RUNTIME, prelude.ROTARY_RUNTIME
@@ -493,6 +493,6 @@ def test_rotation_keeps_only_the_distance_under_a_document_mask(ns):
 
 
 def test_importing_the_prelude_does_not_import_torch():
-    probe = "import sys, tensorcad.codegen.prelude; print('torch' in sys.modules)"
+    probe = "import sys, tensorcad.codegen.runtime.prelude; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -111,7 +111,7 @@ def test_every_preset_s_report_fits_analyze_s_declared_schema(design, op):
     jsonschema = pytest.importorskip("jsonschema")
     from tensorcad import load
     from tensorcad.views import answers
-    from tensorcad.analysis.operating_point_schema import operating_point_of
+    from tensorcad.analysis.operating_point.schema import operating_point_of
     from tensorcad.mcp.schemas import ANALYZE
 
     d = load(design)

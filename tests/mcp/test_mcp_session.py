@@ -220,7 +220,7 @@ def test_twenty_bad_calls_are_one_line_tool_errors_and_the_server_still_answers(
 
 
 def test_resources_hold_the_presets_the_catalog_the_docs_and_the_schema(session):
-    from tensorcad.analysis.operating_point_schema import operating_point_schema
+    from tensorcad.analysis.operating_point.schema import operating_point_schema
     from tensorcad.design import preset_names
 
     resources = set(session["resources"])

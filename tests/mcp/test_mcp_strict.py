@@ -45,7 +45,7 @@ def test_the_tool_names_and_arguments_are_kept():
 
 
 def test_the_operating_point_argument_is_the_engine_s_schema():
-    from tensorcad.analysis.operating_point_schema import operating_point_schema
+    from tensorcad.analysis.operating_point.schema import operating_point_schema
 
     for tool in ("analyze", "rules", "walkthrough", "mask_preview"):
         assert TOOLS[tool]["properties"]["op"]["anyOf"][0] == operating_point_schema("input")
@@ -145,7 +145,7 @@ def test_an_internal_failure_carries_the_engine_s_message(monkeypatch):
 def test_a_histogram_key_of_5000_digits_is_one_line_naming_it():
     """Before: MCP 'internal error (ValueError)' (int() of 5,000 digits) and an editor 500: issue 47's round-three
     leftover. The editor reads its operating point through the same operating_point_of."""
-    from tensorcad.analysis.operating_point_schema import operating_point_of
+    from tensorcad.analysis.operating_point.schema import operating_point_of
     from tensorcad.errors import TensorcadError
 
     key = "1" * 5000

@@ -2,7 +2,7 @@
 
 The runtime builds a rank's BlockMask (its queries against the gathered keys of
 a layout, ``cp_layout``) with the generated runtime's own ``cp_block_mask``:
-the attention runtime's text (``codegen.prelude``) loaded once as a module of
+the attention runtime's text (``codegen.runtime.prelude``) loaded once as a module of
 its own, so what the runtime runs and certifies is what a generated model runs.
 ``document_mask`` is a document mask marked as the generated factories mark
 theirs (``reads``, ``uses_batch``, ``uses_head``, ``ranges``): what the plan
@@ -22,7 +22,7 @@ from .generated import load_module
 @functools.cache
 def runtime() -> types.ModuleType:
     """The generated attention runtime (``IMPORTS`` + ``ATTENTION_RUNTIME``) as a module."""
-    from tensorcad.codegen.prelude import ATTENTION_RUNTIME, IMPORTS
+    from tensorcad.codegen.runtime.prelude import ATTENTION_RUNTIME, IMPORTS
 
     return load_module(IMPORTS + ATTENTION_RUNTIME, "attention runtime")
 

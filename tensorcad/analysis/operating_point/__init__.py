@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..design.masks import BLOCK
-from ..errors import TensorcadError, shown
-from ..packing import Packing
-from .context_parallel.ranks import ContextParallel
+from ...design.masks import BLOCK
+from ...errors import TensorcadError, shown
+from ...packing import Packing
+from ..context_parallel.ranks import ContextParallel
 
 MAX_SEQ = 1 << 24
 # The analysis budget (docs/security.md): a packed operating point draws a
@@ -34,7 +34,7 @@ MAX_MADE_UP_SEQ = 1 << 22
 
 def check_budget(design, op: "OperatingPoint") -> None:
     """Refuse, up front, an operating point this design could not be analysed at within the budget."""
-    from ..design.expr import reads
+    from ...design.expr import reads
 
     if op.seq <= MAX_MADE_UP_SEQ:
         return
@@ -140,7 +140,7 @@ class OperatingPoint:
             self._check_sharded_work()
 
     def _check_packed_work(self) -> None:
-        from .attention import ROWS
+        from ..attention import ROWS
 
         if self.seq > MAX_PACKED_SEQ:
             raise TensorcadError("seq", f"{self.seq:,} tokens a packed row is more than {MAX_PACKED_SEQ:,} (2^22), "
@@ -159,7 +159,7 @@ class OperatingPoint:
                                  f"{'lengths whose mean is' if read else 'a mean of'} at least {least:,.0f} or a shorter seq")
 
     def _check_sharded_work(self) -> None:
-        from .attention import ROWS
+        from ..attention import ROWS
 
         # Every row is at least one piece; a packed row holds seq / mean documents besides.
         documents = ROWS * (1 + (0 if self.packing is None else self.seq / max(self.packing.mean, 1.0)))

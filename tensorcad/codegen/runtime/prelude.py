@@ -3,8 +3,8 @@
 These are source text, not code this package runs: `tensorcad.generate` pastes them
 into the module it writes (`IMPORTS` first, the runtimes before the design's mask
 factories and modules). The block mask built from ranges is text of its own
-(`block_ranges_runtime`), pasted into the attention runtime after `_block_mask`, and so is
-each context-parallel rank's block mask (`cp_block_mask_runtime`).
+(`block_ranges`), pasted into the attention runtime after `_block_mask`, and so is
+each context-parallel rank's block mask (`cp_block_mask`).
 Nothing here imports torch; the engine must stay free of it.
 
 The contract with the generator (names the generated code calls):
@@ -23,8 +23,8 @@ The contract with the generator (names the generated code calls):
 
 from __future__ import annotations
 
-from .block_ranges_runtime import BLOCK_MASK_FROM_RANGES
-from .cp_block_mask_runtime import CP_BLOCK_MASK
+from .block_ranges import BLOCK_MASK_FROM_RANGES
+from .cp_block_mask import CP_BLOCK_MASK
 
 IMPORTS = '''\
 import contextlib

@@ -26,11 +26,11 @@ from typing import Any
 from tensorcad.packing.corpus.histogram import QUANTILES, Lengths
 from tensorcad.packing.corpus.lengths import MAX_LENGTH
 
-from ..errors import TensorcadError, join
-from ..json_schema import check
-from ..packing import STRATEGIES, Packing, packing_of
-from .context_parallel.ranks import DEFAULT_SHARD, SHARDINGS, ContextParallel
-from .operating_point import BYTES, COUNTS, DEFAULTS, HARDWARE, OperatingPoint, check_budget
+from ...errors import TensorcadError, join
+from ...json_schema import check
+from ...packing import STRATEGIES, Packing, packing_of
+from ..context_parallel.ranks import DEFAULT_SHARD, SHARDINGS, ContextParallel
+from . import BYTES, COUNTS, DEFAULTS, HARDWARE, OperatingPoint, check_budget
 
 DIRECTIONS = ("input", "report")
 # Conditions a report holds fixed and does not echo: the sampler's seed and
