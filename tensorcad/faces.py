@@ -89,6 +89,12 @@ ROOMS: dict[str, str] = {
     "tensorcad.hf.hybrid_families": "tensorcad.hf.hybrid.families",
     "tensorcad.hf.hybrid_packing": "tensorcad.hf.hybrid.packing",
     "tensorcad.hf.hybrid_weights": "tensorcad.hf.hybrid.weights",
+    # folders back to 15 modules: the operating point's schema and codegen's pasted runtime in packages
+    "tensorcad.analysis.operating_point_schema": "tensorcad.analysis.operating_point.schema",
+    "tensorcad.codegen.prelude": "tensorcad.codegen.runtime.prelude",
+    "tensorcad.codegen.block_ranges_runtime": "tensorcad.codegen.runtime.block_ranges",
+    "tensorcad.codegen.cp_block_mask_runtime": "tensorcad.codegen.runtime.cp_block_mask",
+    "tensorcad.codegen.mixer_runtime": "tensorcad.codegen.runtime.mixers",
 }
 
 _EARLIER: dict[str, str] = {
