@@ -33,6 +33,7 @@ _LAZY = {
     "packing_path": ".check:packing_path",
     "replica": "tensorcad.runtime.building:replica",
     "Guard": ".session:Guard",
+    "check_scoring": ".rl:check_scoring",
 }
 
 __all__ = list(_LAZY)

@@ -17,6 +17,7 @@ from tensorcad.faces import lazy
 _LAZY = {
     "TensorcadCallback": "tensorcad.testing.integrations.trainer:TensorcadCallback",
     "TensorcadLightningCallback": "tensorcad.testing.integrations.lightning_callback:TensorcadLightningCallback",
+    "TensorcadRLCallback": "tensorcad.testing.integrations.rl:TensorcadRLCallback",
 }
 
 __all__ = list(_LAZY)
