@@ -99,13 +99,15 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("data_coverage", ["runtime/certification/data/coverage.py", "runtime/certification/data/pieces.py"],
             ["tests/runtime/certification/data/test_coverage.py", "tests/runtime/certification/data/test_coverage_exact.py",
              "tests/runtime/certification/data/test_data_checks.py"]),
+           # its cluster test is the slow one, run here (-m selects it): a local cluster a mutant, seconds each
            ("data_at_scale", ["runtime/certification/data/at_scale.py"],
-            ["tests/runtime/certification/data/test_coverage_at_scale.py"]),
+            ["-m", "slow or not slow", "tests/runtime/certification/data/test_coverage_at_scale.py"]),
            ("data_boundaries", ["runtime/certification/data/boundaries.py", "runtime/certification/data/checks.py"],
             ["tests/runtime/certification/data/test_data_boundaries.py",
              "tests/runtime/certification/data/test_boundaries_exact.py",
              "tests/runtime/certification/data/test_data_checks.py"]),
-           ("guard_kernel", ["guard/kernel.py"], ["tests/guard/test_guard_data_boundaries.py"]),
+           ("guard_kernel", ["guard/kernel.py"], ["tests/guard/test_guard_data_boundaries.py",
+                                                   "tests/guard/test_kernel_exact.py"]),
            # mixture of experts (issue 44): the drops a capacity makes, the router's aux loss in the step, the
            # capacity leak's cause, the generated experts and latent attention, the rules under packing
            ("capacity_drops", ["analysis/capacity.py"], ["tests/analysis/test_capacity_drops.py"]),

@@ -84,3 +84,20 @@ def test_coverage_on_a_dask_cluster_equals_the_one_process_count(corpus):
                                                                      if k != "figures"}
     assert (result.lost, result.duplicated, result.first_lost) == (7, 10, "doc-500")
     assert result.figures["shards"] == SHARDS and result.figures["loaders"] == 2 and result.figures["workers"] == 2
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(loaders=[]), "loaders: expected one loader a rank (at least one)"),
+    (dict(loaders=[[]], length_of=len), "length_of: on a cluster a document's length is a field's (a name), not a "
+                                        "function"),
+    (dict(loaders=[[]], policy="all"), "policy: expected one of"),
+    (dict(loaders=[[]], policy="truncate"), "max_length: the policy 'truncate' needs a positive max_length"),
+    (dict(loaders=[[]], resume_at=2), "loader: a resume needs a function making the loader"),
+])
+def test_a_cluster_run_refuses_its_settings_before_starting_a_cluster(kwargs, words):
+    from tensorcad.errors import TensorcadError
+    from tensorcad.runtime.certification.data.at_scale import check_coverage_on_cluster
+
+    with pytest.raises(TensorcadError) as e:
+        check_coverage_on_cluster([], **kwargs)
+    assert str(e.value).startswith(words)
