@@ -56,7 +56,7 @@ def expected_dropped(tokens, experts: int, top_k: int, factor: float) -> np.ndar
     p = top_k / experts
     capacity = np.ceil(factor * n * top_k / experts)
     over = n * p * stats.binom.sf(capacity - 1, np.maximum(n - 1, 0), p) - capacity * stats.binom.sf(capacity, n, p)
-    return experts * np.maximum(np.where(n > 0, over, 0.0), 0.0)
+    return experts * np.maximum(over, 0.0)  # no token (n = 0, capacity 0): 0 - 0; the floor takes rounding's -0
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def dropped_share(group_tokens: np.ndarray, experts: int, top_k: int, factor: fl
         return 0.0, 0.0
     drops = expected_dropped(n.astype(np.int64), experts, top_k, factor)
     share = float(drops.sum() / (n.sum() * top_k))
-    if len(n) < 2 or np.all(n == n[0]):
+    if len(n) < 2:  # one group: no spread to estimate (equal groups give residuals of 0, an error of 0)
         return share, 0.0
     residual = drops - share * n * top_k
     error = float(np.sqrt(np.var(residual, ddof=1) / len(n)) / (n.mean() * top_k))

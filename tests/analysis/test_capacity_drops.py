@@ -116,3 +116,68 @@ def test_a_bad_micro_batch_is_named(micro_batch):
     with pytest.raises(TensorcadError) as e:
         capacity_drops(d, 64, Packing(mean=24.0, spread=1.0, strategy="bfd"), micro_batch=micro_batch)
     assert e.value.path == "micro_batch"
+
+
+def _by_pmf(tokens: int, experts: int, top_k: int, factor: float) -> float:
+    """Expected routings dropped in one group, summed over the binomial's probabilities written out here."""
+    p, capacity = top_k / experts, math.ceil(factor * tokens * top_k / experts)
+    return experts * sum((x - capacity) * math.comb(tokens, x) * p ** x * (1 - p) ** (tokens - x)
+                         for x in range(capacity + 1, tokens + 1))
+
+
+@pytest.mark.parametrize("tokens, experts, top_k, factor", [(1, 4, 1, 1.0), (1, 2, 1, 0.5), (2, 4, 2, 1.0),
+                                                            (17, 8, 2, 1.25), (40, 16, 1, 1.0)])
+def test_the_closed_form_is_the_binomials_sum(tokens, experts, top_k, factor):
+    assert float(expected_dropped(tokens, experts, top_k, factor)) == pytest.approx(
+        _by_pmf(tokens, experts, top_k, factor), abs=1e-12)
+
+
+def test_the_ratio_estimators_error_for_unequal_groups():
+    groups = np.array([8, 4, 6])
+    drops = [_by_pmf(int(n), 4, 2, 1.0) for n in groups]
+    share = sum(drops) / (groups.sum() * 2)
+    residual = [d - share * n * 2 for d, n in zip(drops, groups)]
+    mean = sum(residual) / 3
+    error = math.sqrt(sum((r - mean) ** 2 for r in residual) / 2 / 3) / (groups.mean() * 2)
+    assert dropped_share(groups, 4, 2, 1.0) == pytest.approx((share, error), rel=1e-12)
+    assert dropped_share(np.array([8]), 4, 2, 1.0) == pytest.approx((_by_pmf(8, 4, 2, 1.0) / 16, 0.0))
+    two = dropped_share(np.array([8, 4]), 4, 2, 1.0)
+    assert two[1] > 0
+
+
+def test_a_batch_scope_under_a_packing_groups_the_samplers_rows():
+    from tensorcad.analysis.rows import packed_rows
+
+    packing = Packing(mean=12.0, spread=1.0, strategy="pad")
+    d = load(design({**BASE, "capacity": 1.0, "drop": "probs", "capacity_scope": "batch"}))
+    [drops] = capacity_drops(d, 32, packing, seed=3, rows=64, micro_batch=4)
+    padding = packed_rows(32, packing, 3, 64).boundaries.padding
+    groups = [int(sum(32 - padding[g * 4:g * 4 + 4])) for g in range(16)]  # 16 micro-batches of 4 rows
+    want = sum(_by_pmf(n, 4, 2, 1.0) for n in groups) / (sum(groups) * 2)
+    assert drops.packed == pytest.approx(want, rel=1e-9) and drops.micro_batch == 4
+    # a row scope ignores the micro-batch: each row its own group
+    row = load(design({**BASE, "capacity": 1.0, "drop": "probs"}))
+    [alone] = capacity_drops(row, 32, packing, seed=3, rows=64, micro_batch=4)
+    rows = [int(32 - n) for n in padding]
+    assert alone.micro_batch == 1
+    assert alone.packed == pytest.approx(sum(_by_pmf(n, 4, 2, 1.0) for n in rows) / (sum(rows) * 2), rel=1e-9)
+
+
+def test_the_json_of_each_node_and_its_layers_over_every_stack():
+    raw = design({**BASE, "capacity": 1.25, "drop": "position"})
+    second = {**raw["nodes"][1], "id": "more", "in": {"x": "layers"}}
+    second["params"] = {**second["params"], "repeat": 3}
+    raw["nodes"] = [raw["nodes"][0], raw["nodes"][1], second, {**raw["nodes"][2], "in": {"x": "more"}},
+                    raw["nodes"][3]]
+    [drops] = capacity_drops(load(raw), 64)
+    assert drops.to_json() == {"node": "mlp", "layers": 5, "capacity": 1.25, "scope": "row", "microBatch": 1,
+                               "droppedUnpacked": float(expected_dropped(64, 4, 2, 1.25)) / 128}
+
+
+def test_the_micro_batch_may_be_every_row_and_no_more():
+    d = load(design({**BASE, "capacity": 1.0, "drop": "position", "capacity_scope": "batch"}))
+    assert capacity_drops(d, 64, rows=8, micro_batch=8)[0].micro_batch == 8
+    with pytest.raises(TensorcadError) as e:
+        capacity_drops(d, 64, rows=8, micro_batch=9)
+    assert str(e.value) == "micro_batch: expected a whole number of rows in 1..8, got 9"
+    assert capacity_drops(d, 64)[0].micro_batch == 1  # the default: one row
