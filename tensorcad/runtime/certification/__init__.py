@@ -108,6 +108,8 @@ _LAZY = {
     # the data path: a corpus and the user's loader (data/)
     "DATA_CHECKS": ".data.checks:DATA_CHECKS",
     "DataSubject": ".data.checks:DataSubject",
+    "RL_CHECKS": ".rl.checks:RL_CHECKS",
+    "RLSubject": ".rl.checks:RLSubject",
     "check_coverage": ".data.coverage:check_coverage",
     "CoverageResult": ".data.coverage:CoverageResult",
     "check_data_boundaries": ".data.boundaries:check_data_boundaries",

@@ -35,6 +35,7 @@ from .design.masks import block_agreements, block_counts_check, compared_masks, 
 from .outcome import FAILED, PASSED, SKIPPED, Check, CheckResult, Skipped, Spec, failed, passed, skipped  # noqa: F401
 from .design.checks import FUSED_TOLERANCE, flops_check, forward_check, fused_check
 from .data.checks import DATA_CHECKS, coverage_check, data_boundaries_check  # noqa: F401 (numpy only at import)
+from .rl.checks import RL_CHECKS, aggregation_check, alignment_check, logprobs_check, metrics_check  # noqa: F401
 
 Progress = Callable[[str, int, int], None]  # (check about to run, checks done, checks in all)
 
@@ -200,6 +201,15 @@ REGISTRY: dict[str, Spec] = {spec.name: spec for spec in (
     Spec("data[boundaries]", "the boundaries the loader's first batches give the model (position_ids, "
                              "cu_seq_lens_q, seq_idx, documents, EOS) equal the packer's own document lengths",
          data_boundaries_check),
+    # An RL loop, on an RLSubject (its functions and one batch): each held to the unpacked global batch.
+    Spec("rl[logprobs]", "the loop's per-token log-prob function on the packed batch equals the model's own "
+                         "forward on each sequence alone, no score across a boundary", logprobs_check),
+    Spec("rl[aggregation]", "the loop's loss over packing, micro-batches and ranks weighs each token as the "
+                            "declared mode weighs it on the one global batch", aggregation_check),
+    Spec("rl[alignment]", "every per-sample and per-token tensor comes back through pack, reorder and unpack "
+                          "on its own sequence", alignment_check),
+    Spec("rl[metrics]", "each logged metric is its declared reduction over the sequences, no boundary token "
+                        "counted", metrics_check),
 )}
 
 CERTIFY = ("rules", "isolation[eager]", "isolation[flex]", "closed-form", "block-counts",

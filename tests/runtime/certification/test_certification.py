@@ -149,10 +149,12 @@ def test_each_check_says_what_it_holds_the_design_to():
 
     from tensorcad.runtime.certification.registry import OPT_IN
 
-    from tensorcad.runtime.certification.registry import DATA_CHECKS
+    from tensorcad.runtime.certification.registry import DATA_CHECKS, RL_CHECKS
 
-    assert set(CERTIFY) | set(OPT_IN) | set(VERIFY) | set(MODEL_CHECKS) | set(DATA_CHECKS) == set(REGISTRY)
+    assert set(CERTIFY) | set(OPT_IN) | set(VERIFY) | set(MODEL_CHECKS) | set(DATA_CHECKS) | set(RL_CHECKS) == set(
+        REGISTRY)
     assert not set(DATA_CHECKS) & (set(CERTIFY) | set(VERIFY))  # on a corpus and a loader, never on a design
+    assert not set(RL_CHECKS) & (set(CERTIFY) | set(VERIFY))  # on an RL loop's functions, never on a design
     assert set(GOLDENS) <= set(CERTIFY) and not set(GOLDENS) & set(VERIFY)
     assert not set(OPT_IN) & set(CERTIFY) and set(OPT_IN) <= set(VERIFY)  # asked for by name; verify runs it
     assert all(len(spec.holds) > 20 for spec in REGISTRY.values())
