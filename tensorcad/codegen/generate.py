@@ -25,6 +25,7 @@ from .latent import latent_forward, latent_init
 from .masks import Function, mask_function, mask_table, score_function
 from .mixer_code import MixerWriter
 from .runtime.mixers import MIXER_RUNTIME
+from .runtime.mtp import MTP_RUNTIME
 from .model_class import ModelWriter, used_ports
 from .modules import MLPS, NORMS, PLACEHOLDER, Classes, assign_call, position_embedding
 from .names import RESERVED, Namer, comment_text, title_text
@@ -302,7 +303,26 @@ class _Generator(ModelWriter, MixerWriter):
             out.append(("hf weights", hf_weights.table_source(self.hf_weights)))
             out.append(("hf runtime", hf_weights.HF_RUNTIME))
         out.append(("model", model))
+        if d.mtp is not None:
+            out[1] = ("imports", prelude.IMPORTS.replace("import contextlib\n", "import contextlib\nimport copy\n", 1))
+            out += [("mtp runtime", MTP_RUNTIME), ("mtp", self.mtp_source())]
         return out
+
+    def mtp_source(self) -> str:
+        """The design's MTP depth and the training model: the model with its MTP modules (codegen.runtime.mtp)."""
+        d = self.design
+        head = d.node(d.output)
+        names = {"embedding": next(n.id for n in d.nodes if n.kind == "embedding"), "head": head.id,
+                 "norm": head.sources["x"], "blocks": [n.id for n in d.nodes if n.kind == "stack"][-1]}
+        args = ["Model(config, form)", "MTP_DEPTH", *(f'{k}="{self.names(v)}"' for k, v in names.items())]
+        return "\n".join([
+            f"MTP_DEPTH = {d.mtp}  # the design's multi-token prediction modules",
+            "",
+            "",
+            'def training_model(config=CONFIG, form="flex"):',
+            '    """The model as it trains: with its MTP modules (``heads``, ``mtp_targets``)."""',
+            *layout.call("    ", "return with_mtp(", args),
+        ]) + "\n"
 
 
 def _block_form(p) -> str:
@@ -322,7 +342,7 @@ _BLOCK_DOCS = {
 
 # Sections pasted verbatim from other modules; formatting checks skip them.
 VERBATIM = ("imports", "attention runtime", "rotary runtime", "rotary beyond plain rope", "mixer runtime",
-            "relative bucket", "hf runtime")
+            "relative bucket", "hf runtime", "mtp runtime")
 
 
 def sections(design: Design) -> list[tuple[str, str]]:

@@ -35,7 +35,7 @@ def test_compiles_and_round_trips(preset, sources):
     assert {"Config", "Model"} <= top and "CONFIG" in assigned
     imports = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imports |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imports <= {"contextlib", "math", "sys", "warnings", "dataclasses", "torch"}  # the standard library and torch only
+    assert imports <= {"contextlib", "copy", "math", "sys", "warnings", "dataclasses", "torch"}  # stdlib and torch only
 
 
 @pytest.mark.parametrize("preset", PRESETS)
