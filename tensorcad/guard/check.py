@@ -19,7 +19,7 @@ import torch
 from tensorcad.errors import TensorcadError, one_line
 
 from .audit import Finding, audit_batch, documents_of
-from .experts import ExpertsCall, with_padding
+from .experts import ExpertsCall, experts_summary, with_padding
 from .kernel import kernel_findings
 from .path import LayerPath, paths_of, summarize
 from .recording import AttentionCall, recording
@@ -192,13 +192,3 @@ def _padding_routed(experts: list[ExpertsCall], batch: Mapping[str, Any]) -> lis
     if not experts or not isinstance(mask, torch.Tensor) or mask.dim() != 2:
         return experts
     return with_padding(experts, int((mask == 0).sum()), int(mask.numel()))
-
-
-def experts_summary(experts: list[ExpertsCall]) -> str:
-    """One phrase for every routing layer: how many, each kind of path once."""
-    kinds: dict[str, int] = {}
-    for c in experts:
-        how = "dropless" if c.dropless else f"capacity {c.capacity:g}"
-        key = f"{how} ({c.implementation}), top-{c.top_k} of {c.experts}"
-        kinds[key] = kinds.get(key, 0) + 1
-    return ", ".join(f"{n} layer{'s' if n != 1 else ''} {key}" for key, n in kinds.items())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -111,9 +111,17 @@ def experts_recording(model: Any, calls: list[ExpertsCall]) -> Iterator[None]:
 
 def with_padding(calls: list[ExpertsCall], padding: int, tokens: int) -> list[ExpertsCall]:
     """Each call that routed the batch's every token counts the batch's ``padding`` tokens among them."""
-    from dataclasses import replace
-
     return [replace(c, padding=padding) if padding and c.tokens == tokens else c for c in calls]
 
 
-__all__ = ("ExpertsCall", "experts_recording", "with_padding")
+def experts_summary(experts: list[ExpertsCall]) -> str:
+    """One phrase for every routing layer: how many, each kind of path once."""
+    kinds: dict[str, int] = {}
+    for c in experts:
+        how = "dropless" if c.dropless else f"capacity {c.capacity:g}"
+        key = f"{how} ({c.implementation}), top-{c.top_k} of {c.experts}"
+        kinds[key] = kinds.get(key, 0) + 1
+    return ", ".join(f"{n} layer{'s' if n != 1 else ''} {key}" for key, n in kinds.items())
+
+
+__all__ = ("ExpertsCall", "experts_recording", "experts_summary", "with_padding")
