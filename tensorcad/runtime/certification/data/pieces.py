@@ -60,7 +60,7 @@ class Examples:
     unit: str = "example"
 
     def __call__(self, batch: Any, path: str = "batch") -> Pieces:
-        ids = _array(batch, self.key, path).reshape(-1)
+        ids = _array(batch, self.key, path).ravel()
         n = len(ids)
         return Pieces(hash_ids(ids, f"{path}.{self.key}"),  # integers by splitmix64, strings by BLAKE2b
                       np.zeros(n, np.int64), np.ones(n, np.int64))
@@ -91,9 +91,9 @@ class Tokens:
         begins[:, 1:] &= ~valid[:, :-1] | (grid[:, 1:] != grid[:, :-1]) | (off[:, 1:] != off[:, :-1] + 1)
         lasts = valid.copy()
         lasts[:, :-1] &= ~valid[:, 1:] | begins[:, 1:]
-        flat_b, flat_l = begins.reshape(-1), lasts.reshape(-1)
-        return Pieces(hash_ids(grid.reshape(-1)[flat_b], f"{path}.{self.doc_key}"),
-                      off.reshape(-1)[flat_b], off.reshape(-1)[flat_l] + 1)
+        flat_b, flat_l = begins.ravel(), lasts.ravel()
+        return Pieces(hash_ids(grid.ravel()[flat_b], f"{path}.{self.doc_key}"),
+                      off.ravel()[flat_b], off.ravel()[flat_l] + 1)
 
 
 Reader = Callable[[Any], Pieces]

@@ -152,3 +152,103 @@ def test_a_loader_that_raises_is_the_finding_in_one_line():
     assert not result.passed and result.batches == 0
     assert result.error.startswith("ValueError in data (data/test_coverage_exact.py:")
     assert result.message == f"the loader raised: {result.error}"
+
+
+# --- settings, readers and the verdict's corners ------------------------------------------------------------
+
+
+class Resumable:
+    def __init__(self, rows):
+        self.rows, self.at = rows, 0
+
+    def __iter__(self):
+        while self.at < len(self.rows):
+            self.at += 1
+            yield self.rows[self.at - 1]
+
+    def state_dict(self):
+        return {"at": self.at}
+
+    def load_state_dict(self, state):
+        self.at = state["at"]
+
+
+@pytest.mark.parametrize("settings, words", [
+    (dict(policy="all"), "policy: expected one of whole, split, truncate, got 'all'"),
+    (dict(policy="truncate"), "max_length: the policy 'truncate' needs a positive max_length, got None"),
+    (dict(policy="truncate", max_length=0), "max_length: the policy 'truncate' needs a positive max_length, got 0"),
+    (dict(policy="truncate", max_length=True), "max_length: the policy 'truncate' needs a positive max_length, "
+                                               "got True"),
+    (dict(resume_at=-1), "resume_at: expected a number of batches >= 0, got -1"),
+    (dict(resume_at=True), "resume_at: expected a number of batches >= 0, got True"),
+    (dict(resume_at=1.5), "resume_at: expected a number of batches >= 0, got 1.5"),
+    (dict(resume_at=1, loader=[]), "loader: a resume needs a function making the loader (one to save, one to "
+                                   "restore)"),
+    (dict(resume_at=5, loader=lambda: Resumable([row((0, 0, 2))])), "resume_at: the epoch ended after 1 batches, "
+                                                                    "before the save at 5"),
+    (dict(pieces="spans"), "pieces: expected 'examples', 'tokens' or a reader of a batch, got 'spans'"),
+])
+def test_bad_settings_are_refused_naming_them(settings, words):
+    loader = settings.pop("loader", lambda: Resumable([row((0, 0, 2))]))
+    with pytest.raises(TensorcadError) as e:
+        check_coverage([{"id": 0, "input_ids": [0, 0]}], loader, **{"pieces": "tokens", **settings})
+    assert str(e.value) == words
+
+
+def test_the_edges_of_the_settings_are_taken():
+    one = check_coverage([{"id": 0, "input_ids": [0, 0]}], [row((0, 0, 1))], pieces="tokens", policy="truncate",
+                         max_length=1)
+    assert one.passed and one.dropped == 1
+    rows = [row((0, 0, 2)), row((1, 0, 3))]
+    at_zero = check_coverage([{"id": 0, "input_ids": [0] * 2}, {"id": 1, "input_ids": [0] * 3}],
+                             lambda: Resumable(rows), pieces="tokens", resume_at=0)
+    assert at_zero.passed and at_zero.resumed_at == 0
+    assert at_zero.message.endswith("(5 tokens in 2 batches) (saved after 0 batches and resumed)")
+
+
+def test_a_reader_of_the_users_own_counts_tokens_and_a_whole_epoch_losing_one_splits_nothing():
+    from tensorcad.runtime.certification.data.pieces import Tokens
+
+    documents = [{"id": 0, "input_ids": [0] * 4}, {"id": 1, "input_ids": [0] * 3}]
+    reader = Tokens()
+    result = check_coverage(documents, [row((0, 0, 4)), row((1, 0, 2))], pieces=lambda b: reader(b))
+    assert result.unit == "token"  # a reader without a unit of its own counts tokens
+    assert not result.passed and result.lost == 1 and result.split_documents == 0
+    assert result.message == "of 7 tokens due from 2 documents: 1 tokens lost from 1 documents (first: 1)"
+    assert 0 < result.seconds < 60 and result.figures == {"digest_events": 2}
+
+
+def test_a_raising_loader_names_no_first_example_and_numpy_ids_come_back_plain():
+    def loader():
+        yield row((0, 0, 2))
+        raise OSError("disk")
+
+    raised = check_coverage([{"id": 0, "input_ids": [0, 0]}, {"id": 1, "input_ids": [0]}], loader, pieces="tokens")
+    assert raised.error is not None and raised.first_lost is None and raised.first_duplicated is None
+    numpy_ids = check_coverage([{"id": np.int64(5), "input_ids": [0, 0]}], [], pieces="tokens").to_json()
+    assert numpy_ids["first_lost"] == 5 and type(numpy_ids["first_lost"]) is int
+
+
+def test_the_verdict_without_a_namer_names_nothing():
+    from tensorcad.packing.corpus.digest import due_of
+    from tensorcad.runtime.certification.data.coverage import seen_of, verdict
+
+    documents = [{"id": 0, "input_ids": [0, 0]}]
+    counted = seen_of([], "tokens").merge(due_of(documents, "token", "whole", None, "id", None))
+    result = verdict(counted, policy="whole", unit="token")
+    assert result.lost == 2 and result.first_lost is None and result.seconds == 0.0
+
+
+def test_a_run_breaks_at_a_new_document_even_where_the_offsets_follow_on_and_after_leading_padding():
+    pieces = Tokens()({DOC_KEY: np.array([[7, 7, 8]]), OFFSET_KEY: np.array([[0, 1, 2]])})
+    assert pieces.keys.tolist() == hash_ids([7, 8]).tolist()
+    assert (pieces.starts.tolist(), pieces.ends.tolist()) == ([0, 2], [2, 3])
+    led = Tokens()({DOC_KEY: np.array([[-1, 7, 7, 7]]), OFFSET_KEY: np.array([[0, 0, 1, 2]])})
+    assert (led.starts.tolist(), led.ends.tolist()) == ([0], [3])
+
+
+def test_a_tensor_with_a_graph_is_read_through_its_values():
+    torch = pytest.importorskip("torch")
+    with pytest.raises(TensorcadError) as e:
+        Examples()({"id": torch.tensor([1.0], requires_grad=True)})
+    assert str(e.value) == "batch.id: document ids are integers or strings, got float32"
