@@ -101,7 +101,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
              "tests/runtime/certification/data/test_data_checks.py"]),
            # its cluster test is the slow one, run here (-m selects it): a local cluster a mutant, seconds each
            ("data_at_scale", ["runtime/certification/data/at_scale.py"],
-            ["-m", "slow or not slow", "tests/runtime/certification/data/test_coverage_at_scale.py"]),
+            ["tests/runtime/certification/data/test_coverage_at_scale.py"]),
            ("data_boundaries", ["runtime/certification/data/boundaries.py", "runtime/certification/data/checks.py"],
             ["tests/runtime/certification/data/test_data_boundaries.py",
              "tests/runtime/certification/data/test_boundaries_exact.py",
@@ -128,13 +128,17 @@ MODULES: dict[str, tuple[str, list[str]]] = {
        )},
 }
 
+# Modules whose tests are under -m slow: their runs select them (pytest's own -m, after the project's addopts).
+SLOW_TOO = {"data_at_scale"}
+
 # What the tests import or read besides the package under mutation.
 ALSO_COPY = ["conftest.py", "snapshots", "docs", "README.md", "benchmarks"]
 
 
-def _config(sources: list[str], tests: list[str], patience: float = 5.0) -> str:
+def _config(sources: list[str], tests: list[str], patience: float = 5.0, slow: bool = False) -> str:
     def toml_list(items):
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+    marks = ["-m", "slow or not slow"] if slow else []
     return (
         "\n[tool.mutmut]\n"
         'source_paths = ["tensorcad"]\n'
@@ -142,7 +146,7 @@ def _config(sources: list[str], tests: list[str], patience: float = 5.0) -> str:
         f"also_copy = {toml_list(ALSO_COPY)}\n"
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         # xdist off: mutmut runs pytest in-process; one example set per run (the ci profile).
-        'pytest_add_cli_args = ["-p", "no:xdist", "-p", "no:cacheprovider"]\n'
+        f"pytest_add_cli_args = {toml_list(['-p', 'no:xdist', '-p', 'no:cacheprovider', *marks])}\n"
         # torch is not fork-safe once its thread pool has run: workers fork from a server
         # that has only collected the tests (mutmut's own remedy for torch).
         'process_isolation = "forkserver"\n'
@@ -155,7 +159,7 @@ def _config(sources: list[str], tests: list[str], patience: float = 5.0) -> str:
 def _write_config(work: Path, module: str, patience: float = 5.0) -> None:
     sources, tests = MODULES[module]
     pyproject = (ROOT / "pyproject.toml").read_text()
-    (work / "pyproject.toml").write_text(pyproject + _config(sources, tests, patience))
+    (work / "pyproject.toml").write_text(pyproject + _config(sources, tests, patience, module in SLOW_TOO))
 
 
 def prepare(module: str) -> Path:
