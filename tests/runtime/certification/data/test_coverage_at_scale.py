@@ -101,3 +101,29 @@ def test_a_cluster_run_refuses_its_settings_before_starting_a_cluster(kwargs, wo
     with pytest.raises(TensorcadError) as e:
         check_coverage_on_cluster([], **kwargs)
     assert str(e.value).startswith(words)
+
+
+@pytest.mark.slow  # a local Dask cluster of 1 worker process
+def test_a_truncating_token_count_on_a_cluster_of_one_worker_equals_the_one_process_count(tmp_path):
+    pytest.importorskip("dask.distributed", reason="the engine is an optional extra (pip install 'tensorcad[dask]')")
+    import numpy as np
+
+    from tensorcad.runtime.certification import provenance
+    from tensorcad.runtime.certification.data.at_scale import check_coverage_on_cluster
+
+    documents = [{"id": i, "text": "x" * (i % 13)} for i in range(200)]
+    for s in range(2):
+        with open(tmp_path / f"part-{s}.jsonl", "w") as f:
+            for d in documents[s * 100:(s + 1) * 100]:
+                f.write(json.dumps(d) + "\n")
+    rows = [{k: np.asarray([v]) for k, v in provenance(d["id"], min(len(d["text"]), 8)).items()}
+            for d in documents if d["text"]]
+    rows[3] = {k: v[:, :-1] for k, v in rows[3].items()}  # one token the packer lost
+    ranks = [rows[:90], rows[90:]]
+    settings = dict(pieces="tokens", policy="truncate", max_length=8, length_of="text")
+    result = check_coverage_on_cluster([tmp_path], ranks, workers=1, **settings)
+    whole = check_coverage(documents, rows, **settings)
+    assert _figures(result) == _figures(whole)
+    assert result.unit == "token" and result.policy == "truncate" and result.dropped > 0
+    assert (result.lost, result.first_lost) == (1, 4)  # rows[3] is document 4 (document 0 has no text)
+    assert result.figures["workers"] == 1 and result.figures["loaders"] == 2 and 0 < result.seconds < 120
