@@ -252,3 +252,15 @@ def test_a_tensor_with_a_graph_is_read_through_its_values():
     with pytest.raises(TensorcadError) as e:
         Examples()({"id": torch.tensor([1.0], requires_grad=True)})
     assert str(e.value) == "batch.id: document ids are integers or strings, got float32"
+
+
+def test_the_readers_and_the_count_at_their_defaults():
+    from tensorcad.runtime.certification.data.coverage import seen_of
+
+    with pytest.raises(TensorcadError) as e:
+        Tokens()({OFFSET_KEY: np.array([[0]])})
+    assert str(e.value).startswith(f"batch.{DOC_KEY}: the batch has no")
+    batches = [{"id": np.array([1, 2])}, {"id": np.array([2])}]
+    default = seen_of(batches)  # examples, whole: pieces counted as well as units
+    assert default.units == 3 and len(default.digest) == len(seen_of(batches, "examples", "whole").digest)
+    assert len(default.digest) > len(seen_of(batches, "examples", "split").digest)
