@@ -67,6 +67,11 @@ def test_a_window_is_what_the_kernel_must_keep_and_no_more():
     assert kernel_findings([call(kept, sliding_window=2)], lengths) == []
     assert lines(kernel_findings([call(kept)], lengths))[0].startswith(
         "layer 0 (sdpa with 4D tensor): row 0's token 2 cannot see token 0 of its own document 0")
+    blind = kept.clone()
+    blind[0, 5, 4] = False  # inside the window, far from the row's start
+    assert lines(kernel_findings([call(blind, sliding_window=2)], lengths)) == [
+        "layer 0 (sdpa with 4D tensor): row 0's token 5 cannot see token 4 of its own document 0: the kernel "
+        "splits a document the packer made whole"]
 
 
 def test_a_varlen_call_holds_every_row_in_one():
