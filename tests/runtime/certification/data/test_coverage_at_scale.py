@@ -77,7 +77,7 @@ def test_coverage_on_a_dask_cluster_equals_the_one_process_count(corpus):
 
     folder, documents = corpus
     ranks = _ranks(documents, faulty=True)
-    result = check_coverage_on_cluster([folder], ranks, workers=2)
+    result = check_coverage_on_cluster([folder], ranks)  # a local cluster of 2 workers, the default
     whole = check_coverage(documents, [b for rank in ranks for b in rank])
     figures = _figures(result)
     assert {k: v for k, v in figures.items() if k != "figures"} == {k: v for k, v in _figures(whole).items()
@@ -127,3 +127,52 @@ def test_a_truncating_token_count_on_a_cluster_of_one_worker_equals_the_one_proc
     assert result.unit == "token" and result.policy == "truncate" and result.dropped > 0
     assert (result.lost, result.first_lost) == (1, 4)  # rows[3] is document 4 (document 0 has no text)
     assert result.figures["workers"] == 1 and result.figures["loaders"] == 2 and 0 < result.seconds < 120
+
+
+class Resumable:
+    """A rank's loader that saves and restores where it is (picklable: the cluster's workers import this module)."""
+
+    def __init__(self, rows):
+        self.rows, self.at = rows, 0
+
+    def __iter__(self):
+        while self.at < len(self.rows):
+            self.at += 1
+            yield self.rows[self.at - 1]
+
+    def state_dict(self):
+        return {"at": self.at}
+
+    def load_state_dict(self, state):
+        self.at = state["at"]
+
+
+@pytest.mark.slow  # a local Dask cluster
+def test_a_resumed_whole_count_named_by_another_key_on_a_cluster_equals_the_one_process_count(tmp_path):
+    pytest.importorskip("dask.distributed", reason="the engine is an optional extra (pip install 'tensorcad[dask]')")
+    from functools import partial
+
+    import numpy as np
+
+    from tensorcad.runtime.certification import provenance
+    from tensorcad.runtime.certification.data.at_scale import check_coverage_on_cluster
+
+    documents = [{"doc": i, "input_ids": [0] * (3 + i % 5)} for i in range(40)]
+    with open(tmp_path / "part-0.jsonl", "w") as f:
+        for d in documents:
+            f.write(json.dumps(d) + "\n")
+
+    def rows_of(ds):
+        return [{k: np.asarray([v]) for k, v in provenance(d["doc"], len(d["input_ids"])).items()} for d in ds]
+
+    rows = rows_of(documents)
+    first = {k: v[:, :2] for k, v in rows[5].items()}  # document 5 comes out in two pieces
+    rest = {"tensorcad_doc": rows[5]["tensorcad_doc"][:, 2:], "tensorcad_offset": rows[5]["tensorcad_offset"][:, 2:]}
+    rows[5:6] = [first, rest]
+    ranks = [partial(Resumable, rows[:20]), partial(Resumable, rows[20:])]
+    settings = dict(pieces="tokens", id_key="doc", resume_at=3)
+    result = check_coverage_on_cluster([tmp_path], ranks, workers=1, **settings)
+    whole = check_coverage(documents, lambda: Resumable(rows), **settings)
+    assert (result.split_documents, whole.split_documents) == (1, 1)  # under 'whole', pieces are a fault
+    assert result.resumed_at == 3 and result.lost == result.duplicated == 0
+    assert _figures(result) == _figures(whole)
