@@ -78,6 +78,13 @@ def tiny_config(family: str, implementation: str) -> transformers.PretrainedConf
         return transformers.StableLmConfig(partial_rotary_factor=0.25, **_NO_TOKENS, **decoder)
     if family == "mixtral":  # a mixture of experts: 4 experts, 2 a token, the router's aux loss off by default
         return transformers.MixtralConfig(num_local_experts=4, num_experts_per_tok=2, **decoder)
+    experts = dict(num_experts=4, num_experts_per_tok=2, **_NO_TOKENS, **decoder)
+    if family == "qwen3_moe":
+        return transformers.Qwen3MoeConfig(head_dim=16, moe_intermediate_size=32, **experts)
+    if family == "qwen2_moe":  # and its gated shared expert
+        return transformers.Qwen2MoeConfig(moe_intermediate_size=32, shared_expert_intermediate_size=48, **experts)
+    if family == "olmoe":
+        return transformers.OlmoeConfig(**experts)
     if family == DYNAMIC:
         return transformers.LlamaConfig(**{**decoder, "max_position_embeddings": 32},
                                         rope_parameters={"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0})
