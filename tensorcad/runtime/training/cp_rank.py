@@ -105,6 +105,11 @@ def _timed_in_turn(rank: int, world_size: int, work, repeats: int) -> float:
     return min(times)
 
 
+def finished_mark(out_path: str, rank: int) -> str:
+    """The file a rank writes once its last collective is done (the launcher's test of a finished run)."""
+    return f"{out_path}.{rank}.finished"
+
+
 def run_rank(rank: int, spec: RunSpec, store_path: str, out_path: str) -> None:
     """The spawn target: join the group, run every sharding, and (rank 0) write the results.
 
@@ -179,5 +184,8 @@ def run_rank(rank: int, spec: RunSpec, store_path: str, out_path: str) -> None:
         # Every rank done with gloo before any tears it down: a rank that destroyed its group while
         # another's last collective was in flight died in gloo's threads (SIGABRT, in 1 of 4 runs here under load).
         dist.barrier()
+        # Past here every collective is done and rank 0 has written the results: the launcher reads this mark
+        # to tell a crash in torch's teardown (gloo's threads at exit, rarer still) from a failed run.
+        open(finished_mark(out_path, rank), "w").close()
     finally:
         dist.destroy_process_group()

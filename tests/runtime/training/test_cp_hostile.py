@@ -155,3 +155,21 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_a_crash_after_every_rank_finished_loses_nothing_but_one_before_is_a_failure(tmp_path):
+    """CI's stop 52: rank 1 died by SIGABRT in gloo's teardown ("terminate called without an active exception")
+    after rank 0 had written every sharding's results; the launcher now keeps those, and only those."""
+    from tensorcad.runtime.training.cp_rank import finished_mark
+    from tensorcad.runtime.training.cp_run import every_rank_finished
+
+    out = str(tmp_path / "ranks.json")
+    assert not every_rank_finished(out, 2)
+    open(finished_mark(out, 0), "w").close()
+    open(finished_mark(out, 1), "w").close()
+    assert not every_rank_finished(out, 2)  # marks without results: rank 0 never wrote them
+    Path(out).write_text("[]")
+    assert every_rank_finished(out, 2)
+    assert not every_rank_finished(out, 3)  # a third rank that never passed its last collective
+    os.remove(finished_mark(out, 0))
+    assert not every_rank_finished(out, 2)
