@@ -11,6 +11,7 @@ token:
 | ``seq-mean-token-mean`` | the mean over sequences of each one's token mean | 1/(S n_s) |
 | ``seq-mean-token-sum`` | the mean over sequences of each one's token sum | 1/S |
 | ``seq-mean-token-sum-norm`` | the sum over every token / (S C), C a constant | 1/(S C) |
+| ``token-sum`` | the sum over every loss token of the batch | 1 |
 
 ``seq-mean-token-sum-norm`` is Dr. GRPO's: C is a constant of the run (TRL's
 ``max_completion_length``; verl's ``loss_scale_factor``), never a width the
@@ -32,7 +33,8 @@ from typing import Sequence
 
 from tensorcad.errors import TensorcadError
 
-MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
+# token-sum last: the explanations try the sequence means (MODES[1:3]) on pack rows
+MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm", "token-sum")
 ALIASES = {"sequence-level": "seq-mean-token-mean"}  # GSPO's ratio, aggregated a sequence at a time
 # Each mode computed as the frameworks compute it, inside each micro-batch and then averaged over the
 # micro-batches and ranks: does it stay the global batch's? (packing, micro-batches, ranks; docs/rl.md)
@@ -44,6 +46,7 @@ INVARIANCE = {
                            "with equal sequence counts a rank"),
     "seq-mean-token-sum-norm": ("yes, with C a constant", "with equal sequence counts and C a constant",
                                 "with equal sequence counts and C a constant"),
+    "token-sum": ("yes", "yes", "yes, each rank's sum scaled by the ranks (verl's dp_size)"),
 }
 
 
@@ -79,6 +82,8 @@ SETTINGS = (
             "agg_loss: masked mean of the micro-batch, scaled by the accumulation"),
     Setting("verl", "loss_agg_mode='seq-mean-token-mean'", "seq-mean-token-mean", "micro-batch", ""),
     Setting("verl", "loss_agg_mode='seq-mean-token-sum'", "seq-mean-token-sum", "micro-batch", ""),
+    Setting("verl", "loss_agg_mode='token-sum'", "token-sum", "global",
+            "masked sum x dp_size: the ranks' average is the global batch's sum"),
     Setting("verl", "loss_agg_mode='seq-mean-token-sum-norm'", "seq-mean-token-sum-norm", "micro-batch",
             "sum / loss_mask.shape[-1]: the padded width unless loss_scale_factor is set (verl #5625)"),
     Setting("openrlhf", "token_level_loss=True", "token-mean", "micro-batch", ""),
@@ -119,6 +124,8 @@ def weights(mode: str, counts: Sequence[int], constant: int | None = None) -> tu
         return tuple(Fraction(1, S * n) if n else Fraction(0) for n in counts)
     if mode == "seq-mean-token-sum":
         return tuple(Fraction(1, S) if n else Fraction(0) for n in counts)
+    if mode == "token-sum":
+        return tuple(Fraction(1) if n else Fraction(0) for n in counts)
     if constant is None or isinstance(constant, bool) or not isinstance(constant, int) or constant < 1:
         raise TensorcadError("constant", f"seq-mean-token-sum-norm needs its constant (Dr. GRPO's C: TRL's "
                                          f"max_completion_length, verl's loss_scale_factor), got {constant!r}")

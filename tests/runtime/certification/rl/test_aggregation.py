@@ -96,6 +96,23 @@ def test_a_global_token_count_is_token_mean_over_any_micro_batches_and_ranks(ran
     assert result.value == pytest.approx(result.reference, rel=1e-12)
 
 
+def token_sum(x, inputs, acc):  # verl's token-sum: the masked sum x dp_size, the ranks averaged
+    return (x * mask_of(inputs)).sum() * acc.ranks
+
+
+def test_verl_s_token_sum_over_micro_batches_and_ranks_is_the_global_sum_and_no_mean():
+    batch = packed_batch(ROWS, pad=2)
+    loss_mat = loss_mat_of(batch)
+    result = check_aggregation(token_sum, batch, "token-sum", micro_batches=2, ranks=2, loss_mat=loss_mat)
+    assert result.passed, result.message()
+    assert result.reference == pytest.approx(float((loss_mat * batch["loss_mask"]).sum()), rel=1e-12)
+    wrong = check_aggregation(dapo, batch, "token-sum", micro_batches=2, ranks=2, loss_mat=loss_mat)
+    assert not wrong.passed and wrong.matched == "`token-mean` of the global batch", wrong.message()
+    summed = check_aggregation(token_sum, batch, "token-mean", micro_batches=2, ranks=2, loss_mat=loss_mat)
+    assert summed.matched == "`token-sum` of the global batch", summed.message()
+    assert "weighs 1 where `token-mean` weighs it 1/53" in summed.message()
+
+
 @pytest.mark.parametrize("ranks,micro", [(1, 1), (2, 2)])
 def test_each_sequence_of_a_pack_row_alone_is_seq_mean_token_mean(ranks, micro):
     batch = packed_batch(ROWS)
@@ -167,7 +184,7 @@ def test_a_loss_that_matches_another_mode_names_it():
 def test_bad_input_names_its_path():
     batch = packed_batch(ROWS)
     with pytest.raises(TensorcadError, match="mode"):
-        check_aggregation(dapo, batch, "token-sum")
+        check_aggregation(dapo, batch, "token-max")
     with pytest.raises(TensorcadError, match="constant"):
         check_aggregation(dapo, batch, "seq-mean-token-sum-norm")
     with pytest.raises(TensorcadError, match="micro_batches"):

@@ -18,6 +18,7 @@ def test_each_modes_weights_by_hand():
     assert weights("seq-mean-token-mean", counts) == (Fraction(1, 6), 0, Fraction(1, 10))
     assert weights("seq-mean-token-sum", counts) == (Fraction(1, 2), 0, Fraction(1, 2))
     assert weights("seq-mean-token-sum-norm", counts, 64) == (Fraction(1, 128), 0, Fraction(1, 128))
+    assert weights("token-sum", counts) == (1, 0, 1)
     assert mode_of("sequence-level") == "seq-mean-token-mean"
     with pytest.raises(TensorcadError, match="constant"):
         weights("seq-mean-token-sum-norm", counts)
@@ -28,6 +29,7 @@ def test_each_modes_weights_by_hand():
 def test_settings_by_framework():
     assert setting("trl", "dr_grpo").mode == "seq-mean-token-sum-norm"
     assert setting("verl", "seq-mean-token-sum").mode == "seq-mean-token-sum"
+    assert setting("verl", "token-sum").mode == "token-sum" and setting("verl", "token-sum").scope == "global"
     assert setting("openrlhf", "True").mode == "token-mean"
     with pytest.raises(TensorcadError, match="framework"):
         setting("rllib", "x")
