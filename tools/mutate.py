@@ -117,6 +117,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("experts_code", ["codegen/experts.py"], ["tests/codegen/test_experts_code.py"]),
            ("latent_code", ["codegen/latent.py"], ["tests/codegen/test_latent_attention.py"]),
            ("moe_rules", ["rules/experts.py"], ["tests/rules/test_experts.py"]),
+           ("hf_experts", ["hf/experts.py"], ["tests/codegen/test_experts_code.py"]),
+           ("guard_experts", ["guard/experts.py"], ["tests/guard/test_guard_experts.py"]),
            # the other readers of a boundary (issue 46): multi-token prediction, vision-language rows
            # the MTP modules themselves are text pasted into generated modules (codegen/runtime/mtp.py), which
            # mutmut cannot mutate: their tests hold them to the certificates' own loop over the targets
@@ -125,6 +127,17 @@ MODULES: dict[str, tuple[str, list[str]]] = {
              "tests/codegen/test_mtp_code.py"]),
            ("vision", ["runtime/certification/forward/vision.py", "hf/vision.py"],
             ["tests/hf/test_vision_rows.py", "tests/hf/test_vision_step.py"]),
+           # RL post-training (issue 43): each certificate with its modes or batch reading
+           ("rl_aggregation", ["runtime/certification/rl/aggregation.py", "runtime/certification/rl/modes.py"],
+            ["tests/runtime/certification/rl/test_aggregation.py", "tests/runtime/certification/rl/test_modes.py",
+             "tests/runtime/certification/rl/test_rl_checks.py"]),
+           ("rl_logprobs", ["runtime/certification/rl/logprobs.py", "runtime/certification/rl/batch.py"],
+            ["tests/runtime/certification/rl/test_logprobs.py", "tests/runtime/certification/rl/test_aggregation.py",
+             "tests/runtime/certification/rl/test_rl_checks.py"]),
+           ("rl_alignment", ["runtime/certification/rl/alignment.py"],
+            ["tests/runtime/certification/rl/test_alignment.py", "tests/runtime/certification/rl/test_rl_checks.py"]),
+           ("rl_metrics", ["runtime/certification/rl/metrics.py", "runtime/certification/rl/checks.py"],
+            ["tests/runtime/certification/rl/test_metrics.py", "tests/runtime/certification/rl/test_rl_checks.py"]),
        )},
 }
 
