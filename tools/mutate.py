@@ -130,6 +130,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            # RL post-training (issue 43): each certificate with its modes or batch reading
            ("rl_aggregation", ["runtime/certification/rl/aggregation.py", "runtime/certification/rl/modes.py"],
             ["tests/runtime/certification/rl/test_aggregation.py", "tests/runtime/certification/rl/test_modes.py",
+             "tests/runtime/certification/rl/test_aggregation_exact.py",
              "tests/runtime/certification/rl/test_rl_checks.py"]),
            ("rl_logprobs", ["runtime/certification/rl/logprobs.py", "runtime/certification/rl/batch.py"],
             ["tests/runtime/certification/rl/test_logprobs.py", "tests/runtime/certification/rl/test_aggregation.py",

@@ -103,7 +103,8 @@ class AggregationResult:
 
 def _fraction(w: float) -> str:
     f = Fraction(w).limit_denominator(1_000_000)
-    return str(f) if abs(float(f) - w) <= RTOL * max(abs(w), 1e-300) else f"{w:.6g}"
+    # a fraction only where it is the weight to float64's rounding: 1/53 + 1e-8 is no 1/53
+    return str(f) if abs(float(f) - w) <= 1e-12 * abs(w) else f"{w:.6g}"
 
 
 def grid_of(batch: RLBatch, per_sequence: Sequence[Fraction | float], indices: Sequence[int] | None = None,
@@ -182,7 +183,9 @@ def _moving_constant(batch: RLBatch, parts: list[Part], measured: torch.Tensor, 
     seen = []
     for part in parts:
         region = measured[part.rows, part.first:part.end][batch.mask[part.rows, part.first:part.end]]
-        if not len(region) or float(region.max() - region.min()) > RTOL * float(region.abs().max()):
+        # no tokens, unequal weights, or none (a loss that reaches nothing): no constant
+        if not len(region) or float(region.min()) <= 0 or float(region.max() - region.min()) > RTOL * float(
+                region.max()):
             return None
         c = 1.0 / (S * float(region.mean()))
         if abs(c - round(c)) > 1e-6 * c:
@@ -232,7 +235,8 @@ def check_aggregation(loss_fn: LossFn, batch: Mapping[str, Any], mode: str, *, m
                                                 f"{type(loss).__name__}")
             total = total + loss.reshape(()).double()
         total = total / ranks
-        (measured,) = torch.autograd.grad(total, values, allow_unused=True)
+        # a loss that reaches no drawn value (a constant, a detached term) weighs every token 0
+        (measured,) = torch.autograd.grad(total, values, allow_unused=True) if total.requires_grad else (None,)
     measured = torch.zeros_like(values) if measured is None else measured.detach()
     reference = float((expected * values.detach()).sum())
     scale = float(expected.abs().max())
