@@ -139,7 +139,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             ["tests/runtime/certification/rl/test_alignment.py", "tests/runtime/certification/rl/test_alignment_exact.py",
              "tests/runtime/certification/rl/test_rl_checks.py"]),
            ("rl_metrics", ["runtime/certification/rl/metrics.py", "runtime/certification/rl/checks.py"],
-            ["tests/runtime/certification/rl/test_metrics.py", "tests/runtime/certification/rl/test_rl_checks.py"]),
+            ["tests/runtime/certification/rl/test_metrics.py", "tests/runtime/certification/rl/test_metrics_exact.py",
+             "tests/runtime/certification/rl/test_rl_checks.py"]),
        )},
 }
 
