@@ -108,7 +108,7 @@ def test_a_linear_metric_of_another_reduction_is_named(declared, logged, why):
         return {"x": {"token-mean": v[m].mean(), "sum": v[m].sum(), "twice": 2 * v[m].sum(),
                       "seq-mean-token-mean": torch.stack([s.mean() for s in sequences(v)]).mean(),
                       "unrelated": torch.tensor(5.0, dtype=torch.float64, requires_grad=True),
-                      "detached": float(v[m].mean()) + 1}[logged]}
+                      "detached": float(v[m].mean().detach()) + 1}[logged]}
 
     check = check_metrics(fn, batch(), {"x": declared}).checks[0]
     assert not check.passed and check.why == why
