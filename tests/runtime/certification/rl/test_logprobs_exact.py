@@ -62,7 +62,7 @@ def test_a_gap_names_its_sequence_row_position_and_nats(case):
     model, batch = case
     result = check_logprobs(planted([(0, 7)]), model, batch)  # sequence 1 (from 5), position 2
     lp, _ = alone_logprobs(model, batch["input_ids"][0, 5:14])
-    got = float(clean(model, batch)[0][0, 7]) + 0.5
+    got = float(clean(model, batch)[0][0, 7].detach()) + 0.5
     gap = result.gaps[0]
     assert (gap.what, gap.sequence, gap.row, gap.first, gap.position) == ("log-prob", 1, 0, 5, 2)
     assert gap.got == pytest.approx(got, abs=1e-6) and gap.want == pytest.approx(float(lp[2]), abs=1e-5)
@@ -110,7 +110,7 @@ def test_the_roll_across_every_boundary_is_told_with_its_cause(case):
     assert [(c.sequence, c.row, c.column, c.next_row, c.next_column) for c in result.crossings] == [
         (0, 0, 4, 0, 5), (1, 0, 13, 0, 14), (2, 0, 16, 1, 0), (3, 1, 6, 1, 7), (4, 1, 10, 1, 11), (5, 1, 16, 0, 0)]
     first = result.crossings[0]
-    assert first.got == pytest.approx(float(rolled(model, batch)[0, 4]), abs=1e-6)
+    assert first.got == pytest.approx(float(rolled(model, batch)[0, 4].detach()), abs=1e-6)
     assert first.message() == (f"position 4 of row 0, the last token of sequence 0, holds {first.got:.6g}, the "
                                "log-prob of token 5 of row 0: the first token of the next sequence, across the "
                                "boundary")
