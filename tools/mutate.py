@@ -139,6 +139,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("rl_alignment", ["runtime/certification/rl/alignment.py"],
             ["tests/runtime/certification/rl/test_alignment.py", "tests/runtime/certification/rl/test_alignment_exact.py",
              "tests/runtime/certification/rl/test_rl_checks.py"]),
+           ("guard_rl", ["guard/rl.py"], ["tests/guard/test_rl_scoring.py"]),
            ("rl_metrics", ["runtime/certification/rl/metrics.py", "runtime/certification/rl/checks.py"],
             ["tests/runtime/certification/rl/test_metrics.py", "tests/runtime/certification/rl/test_metrics_exact.py",
              "tests/runtime/certification/rl/test_rl_checks.py"]),
