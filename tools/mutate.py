@@ -114,8 +114,11 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("router_aux", ["runtime/certification/step/router.py"], ["tests/hf/test_step_router_aux.py"]),
            ("capacity_cause", ["runtime/certification/design/capacity.py"],
             ["tests/runtime/certification/design/test_capacity.py"]),
-           ("experts_code", ["codegen/experts.py"], ["tests/codegen/test_experts_code.py"]),
-           ("latent_code", ["codegen/latent.py"], ["tests/codegen/test_latent_attention.py"]),
+           # the codegen goldens hold the generated text (docstrings, comments, Config keys) of the MoE presets
+           ("experts_code", ["codegen/experts.py"], ["tests/codegen/test_experts_code.py",
+                                                     "tests/test_goldens.py::test_codegen_golden"]),
+           ("latent_code", ["codegen/latent.py"], ["tests/codegen/test_latent_attention.py",
+                                                   "tests/test_goldens.py::test_codegen_golden"]),
            ("moe_rules", ["rules/experts.py"], ["tests/rules/test_experts.py"]),
            ("hf_experts", ["hf/experts.py"], ["tests/codegen/test_experts_code.py"]),
            ("guard_experts", ["guard/experts.py"], ["tests/guard/test_guard_experts.py"]),
