@@ -63,3 +63,32 @@ def test_a_check_without_its_function_is_skipped_naming_it(name, words):
     skipped = run_check(RLSubject({"input_ids": torch.ones(1, 3, dtype=torch.long)}), name)
     assert skipped.skipped and skipped.message == f"the subject gives no {words}"
     assert name in RL_CHECKS
+
+
+def test_each_check_names_itself_and_hands_on_the_subject_s_constant():
+    from tensorcad.runtime.certification.rl.checks import aggregation_check, alignment_check, metrics_check
+
+    lengths = [5, 17, 3, 9]
+    batch = aggregation.padded_batch(lengths, width=20)
+    norm = RLSubject(batch, loss_fn=aggregation.dr_grpo(20), mode="seq-mean-token-sum-norm", constant=20,
+                     micro_batches=2)
+    check = aggregation_check(norm)
+    assert check.name == "rl[aggregation]" and check.passed and check.figures["constant"] == 20
+    rollout = alignment.rollout()
+    assert alignment_check(RLSubject(rollout, pipeline=alignment.packed, keys=alignment.KEYS)).name == \
+        "rl[alignment]"
+    logged = metrics.rollout()
+    assert metrics_check(RLSubject(logged, metric_fn=metrics.clean, reductions=metrics.DECLARED)).name == \
+        "rl[metrics]"
+
+
+def test_the_logprobs_check_names_itself():
+    pytest.importorskip("transformers")
+    import test_logprobs as logprobs
+    from rl_cases import tiny_llama, token_batch
+
+    from tensorcad.runtime.certification.rl.checks import logprobs_check
+
+    subject = RLSubject(token_batch(logprobs.ROWS), model=tiny_llama(), logprob_fn=logprobs.within_sequences)
+    check = logprobs_check(subject)
+    assert check.name == "rl[logprobs]" and check.passed
