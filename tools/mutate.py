@@ -137,7 +137,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
              "tests/runtime/certification/rl/test_rl_checks.py"]),
            ("rl_logprobs", ["runtime/certification/rl/logprobs.py", "runtime/certification/rl/batch.py"],
             ["tests/runtime/certification/rl/test_logprobs.py", "tests/runtime/certification/rl/test_logprobs_exact.py",
-             "tests/runtime/certification/rl/test_aggregation.py",
+             "tests/runtime/certification/rl/test_batch_exact.py", "tests/runtime/certification/rl/test_aggregation.py",
              "tests/runtime/certification/rl/test_rl_checks.py"]),
            ("rl_alignment", ["runtime/certification/rl/alignment.py"],
             ["tests/runtime/certification/rl/test_alignment.py", "tests/runtime/certification/rl/test_alignment_exact.py",
