@@ -103,3 +103,23 @@ def test_a_capacity_large_enough_drops_nothing_and_equals_dropless():
     roomy.load_state_dict(dropless.state_dict())
     with torch.no_grad():
         assert torch.equal(roomy(x), dropless(x))
+
+
+# The generated text (docstrings, comments, the capacity, bias and ungated branches) of the options no preset
+# takes; what it computes is held above: these pin what it says. `--snapshot-update` rewrites them.
+VARIANTS = {
+    "capacity-row-position": {"capacity": 1.25, "drop": "position", "capacity_scope": "row"},
+    "capacity-batch-probs": {"capacity": 1.0, "drop": "probs", "capacity_scope": "batch", "normalize": True},
+    "bias-ungated": {"bias": True, "activation": "gelu"},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_the_generated_text_of_each_option(snapshot, variant):
+    from pathlib import Path
+
+    from tensorcad.codegen import generate
+    from tensorcad.testing.plugin.snapshot import assert_golden
+
+    text = generate(load(design({**BASE, **VARIANTS[variant]})))
+    assert_golden(snapshot, Path(__file__).resolve().parents[2], "codegen", f"tiny-moe-{variant}", text)
