@@ -146,3 +146,68 @@ def test_bad_input_word_for_word(case):
     with pytest.raises(TensorcadError) as error:
         check_logprobs(clean, object(), batch)
     assert error.value.path == "model"
+
+
+def through_the_row(model, batch):
+    ids = batch["input_ids"]
+    logits = model(input_ids=ids, position_ids=torch.arange(ids.shape[1]).expand_as(ids), use_cache=False).logits
+    return _within(logits, batch)
+
+
+def _within(logits, batch):
+    ids, positions = batch["input_ids"], batch["position_ids"]
+    lp = trl_utils.selective_log_softmax(logits[:, :-1], ids[:, 1:])
+    lp = torch.where(positions[:, 1:] == 0, torch.zeros_like(lp), lp)
+    return torch.cat([lp, torch.zeros_like(lp[:, :1])], 1)
+
+
+def test_each_cause_word_for_word(case):
+    model, batch = case
+    through = check_logprobs(through_the_row, model, batch)
+    assert through.cause == ("The cause: positions counted through the row (position_ids 0..T-1 across the pack, not "
+                             "restarting at each sequence): pass the batch's restarting position_ids to the model")
+    assert through.message().endswith(". " + through.cause)
+    # the gaps are those of the row counted through, position by position: sequence 1's first is at token 5
+    assert through.gaps[0].first == 5 and through.gaps[0].got == pytest.approx(
+        float(through_the_row(model, batch)[0, 5 + through.gaps[0].position].detach()), abs=1e-6)
+    cached = check_logprobs(lambda m, b: _within(m(input_ids=b["input_ids"], position_ids=b["position_ids"],
+                                                   use_cache=True).logits, b), model, batch)
+    assert cached.cause == ("The cause: the cache left on: called with use_cache=True, transformers makes a "
+                            "DynamicCache and then reads no packing from position_ids, so every sequence attends to "
+                            "those before it in its row; call the model with use_cache=False")
+    calls = []
+
+    def drifting(model, batch):  # a second call answers otherwise: what a cache kept between calls does
+        calls.append(1)
+        return planted([(0, 7)], by=0.5 * len(calls))(model, batch)
+
+    drift = check_logprobs(drifting, model, batch)
+    assert len(calls) == 2 and drift.cause == (
+        "The cause: the function gives another answer on a second call on the same batch: a cache left on "
+        "(past_key_values kept from a previous call or from generation: call the model with past_key_values=None, "
+        "use_cache=False)")
+
+
+def test_one_more_is_counted_and_a_float64_model_has_its_own_tolerance(case):
+    model, batch = case
+    four = check_logprobs(planted([(0, 0), (0, 5), (0, 14), (1, 0)]), model, batch)
+    assert four.message().endswith("; and 1 more") and len(four.gaps) == 4
+    wide = tiny_llama().double()
+    result = check_logprobs(clean, wide, batch)
+    assert result.tolerance == default_tolerance(torch.float64) != default_tolerance(torch.float32)
+    assert result.passed and result.largest < default_tolerance(torch.float64)
+
+
+def test_a_batch_that_marks_its_sequences_by_documents_reads_the_same(case):
+    model, batch = case
+    documents = {"input_ids": batch["input_ids"], "loss_mask": batch["loss_mask"],
+                 "documents": torch.tensor([[0] * 5 + [1] * 9 + [2] * 3, [0] * 7 + [1] * 4 + [2] * 6])}
+
+    def by_documents(model, b):
+        return clean(model, {**b, "position_ids": batch["position_ids"]})
+
+    result = check_logprobs(by_documents, model, documents)
+    assert result.passed and result.sequences == 6, result.message()
+    rolled = check_logprobs(planted([(0, 7)]), model, batch)
+    assert rolled.gaps[0].want == pytest.approx(
+        float(alone_logprobs(model, batch["input_ids"][0, 5:14])[0][2]), abs=1e-5)
