@@ -249,10 +249,15 @@ def main(argv: list[str] | None = None) -> int:
         # body changed would keep the functions it used to reach
         _write_config(work, args.module, 50.0 if args.timeouts else 5.0)
         (work / "mutants" / "mutmut-stats.json").unlink(missing_ok=True)
+        # and what the tests read beside them (a golden written since: snapshots/)
         for where in (work, work / "mutants"):
-            shutil.rmtree(where / "tests", ignore_errors=True)
-            shutil.copytree(ROOT / "tests", where / "tests",
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"))
+            for name in ("tests", *ALSO_COPY):
+                if (ROOT / name).is_dir():
+                    shutil.rmtree(where / name, ignore_errors=True)
+                    shutil.copytree(ROOT / name, where / name,
+                                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis"))
+                elif (ROOT / name).exists():
+                    shutil.copy2(ROOT / name, where / name)
         if not again:
             print("no survivors to rerun", file=sys.stderr)
         # mutmut keeps a mutant's last result and skips it: forget the survivors' results, so
