@@ -143,6 +143,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             ["tests/runtime/certification/rl/test_alignment.py", "tests/runtime/certification/rl/test_alignment_exact.py",
              "tests/runtime/certification/rl/test_rl_checks.py"]),
            ("guard_rl", ["guard/rl.py"], ["tests/guard/test_rl_scoring.py"]),
+           # a real GRPOTrainer run a mutant (two tests, about 7 s)
+           ("rl_callback", ["testing/integrations/rl.py"], ["tests/testing/integrations/test_rl_callback.py"]),
            ("rl_metrics", ["runtime/certification/rl/metrics.py", "runtime/certification/rl/checks.py"],
             ["tests/runtime/certification/rl/test_metrics.py", "tests/runtime/certification/rl/test_metrics_exact.py",
              "tests/runtime/certification/rl/test_rl_checks.py"]),
