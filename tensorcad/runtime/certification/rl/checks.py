@@ -41,7 +41,7 @@ def _verdict(name: str, result: Any) -> Check:
     return (passed if result.passed else failed)(name, result.message(), result.to_json())
 
 
-def _needs(subject: RLSubject, **given: Any) -> None:
+def _needs(**given: Any) -> None:
     missing = [name for name, value in given.items() if value is None or value == () or value == {}]
     if missing:
         raise Skipped(f"the subject gives no {' or '.join(missing)}")
@@ -50,14 +50,14 @@ def _needs(subject: RLSubject, **given: Any) -> None:
 def logprobs_check(subject: RLSubject) -> Check:
     from .logprobs import check_logprobs
 
-    _needs(subject, logprob_fn=subject.logprob_fn, model=subject.model)
+    _needs(logprob_fn=subject.logprob_fn, model=subject.model)
     return _verdict("rl[logprobs]", check_logprobs(subject.logprob_fn, subject.model, subject.batch))
 
 
 def aggregation_check(subject: RLSubject) -> Check:
     from .aggregation import check_aggregation
 
-    _needs(subject, loss_fn=subject.loss_fn, mode=subject.mode)
+    _needs(loss_fn=subject.loss_fn, mode=subject.mode)
     return _verdict("rl[aggregation]", check_aggregation(
         subject.loss_fn, subject.batch, subject.mode, micro_batches=subject.micro_batches, ranks=subject.ranks,
         constant=subject.constant))
@@ -66,14 +66,14 @@ def aggregation_check(subject: RLSubject) -> Check:
 def alignment_check(subject: RLSubject) -> Check:
     from .alignment import check_alignment
 
-    _needs(subject, pipeline=subject.pipeline, keys=tuple(subject.keys))
+    _needs(pipeline=subject.pipeline, keys=tuple(subject.keys))
     return _verdict("rl[alignment]", check_alignment(subject.pipeline, subject.batch, subject.keys))
 
 
 def metrics_check(subject: RLSubject) -> Check:
     from .metrics import check_metrics
 
-    _needs(subject, metric_fn=subject.metric_fn, reductions=dict(subject.reductions))
+    _needs(metric_fn=subject.metric_fn, reductions=dict(subject.reductions))
     return _verdict("rl[metrics]", check_metrics(subject.metric_fn, subject.batch, subject.reductions))
 
 
