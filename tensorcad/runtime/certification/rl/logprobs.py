@@ -203,7 +203,6 @@ def check_logprobs(logprob_fn: Callable[[Any, Mapping[str, Any]], Any], model: A
     flat = ids.reshape(-1)
     gaps, crossings, largest = [], [], 0.0
     for k, (row, _, first, end) in enumerate(pieces):
-        n = end - first
         checks = [("log-prob", logprobs[row, first:end - 1], alone_lp[k])]
         if entropies is not None:
             checks.append(("entropy", entropies[row, first:end], alone_h[k]))
