@@ -82,3 +82,25 @@ def test_the_scoring_check_refuses_rows_it_cannot_read():
         check_scoring(score, None, ids, torch.ones(2, 4))
     with pytest.raises(TensorcadError, match="^trainer: object has no _get_per_token_logps_and_entropies"):
         TensorcadRLCallback(object())
+
+
+def test_warn_every_and_the_summary_and_the_trainer_s_own_function_back(tmp_path, capsys):
+    trainer = grpo(tmp_path, OffByOne, steps=4)
+    own = trainer._get_per_token_logps_and_entropies
+    callback = TensorcadRLCallback(trainer, first=1, every=2, on_failure="warn")
+    trainer.add_callback(callback)
+    with pytest.warns(UserWarning) as caught:
+        trainer.train()
+    assert trainer.state.global_step == 4  # warned, never stopped
+    assert [step for step, _ in callback.guard.reports] == [0, 2]  # the first step, then every second
+    lines = [str(w.message) for w in caught if str(w.message).startswith("tensorcad guard")]
+    assert [line.split(":")[0] for line in lines] == ["tensorcad guard, step 0", "tensorcad guard, step 2"]
+    assert all(line == report.line(f"tensorcad guard, step {step}")
+               for line, (step, report) in zip(lines, callback.guard.reports))
+    # stacklevel 2: the warning points at the trainer's call of the callback, not at the guard's own line
+    assert {w.filename for w in caught if str(w.message).startswith("tensorcad guard")} == {
+        transformers.trainer_callback.__file__}
+    # the trainer's own function is back after every audited step, and the guard's clock added them up
+    assert trainer._get_per_token_logps_and_entropies == own and callback._kept is None
+    assert 0 < callback.guard.seconds < 60
+    assert callback.guard.summary() in capsys.readouterr().out
