@@ -82,8 +82,27 @@ def test_the_scoring_check_refuses_rows_it_cannot_read():
         check_scoring(score, None, ids, torch.tensor([[1, 0, 1, 1, 1], [1, 1, 1, 1, 1]]))
     with pytest.raises(TensorcadError, match="^attention_mask: expected the ids' shape"):
         check_scoring(score, None, ids, torch.ones(2, 4))
-    with pytest.raises(TensorcadError, match="^trainer: object has no _get_per_token_logps_and_entropies"):
+    with pytest.raises(TensorcadError) as error:
         TensorcadRLCallback(object())
+    assert str(error.value) == ("trainer: object has no _get_per_token_logps_and_entropies: the RL guard watches "
+                                "TRL's log-prob function")
+
+
+def test_a_run_ended_inside_an_audited_step_gets_its_own_function_back_and_quiet_means_quiet(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    trainer = grpo(tmp_path)
+    own = trainer._get_per_token_logps_and_entropies
+    callback = TensorcadRLCallback(trainer, verbose=False)
+    callback.on_step_begin(None, SimpleNamespace(global_step=0), None)
+    assert trainer._get_per_token_logps_and_entropies != own  # watched during the audited step
+    callback.on_train_end(None, SimpleNamespace(global_step=0), None)  # the run stopped before the step's end
+    assert trainer._get_per_token_logps_and_entropies == own and callback._kept is None
+    callback.on_step_end(None, SimpleNamespace(global_step=1), SimpleNamespace())  # nothing kept: nothing checked
+    assert callback.guard.reports == []
+    callback.guard.reports.append((0, None))
+    callback.on_train_end(None, SimpleNamespace(global_step=1), None)
+    assert capsys.readouterr().out == ""  # verbose=False prints no summary, reports or not
 
 
 def test_warn_every_and_the_summary_and_the_trainer_s_own_function_back(tmp_path, capsys):
