@@ -111,7 +111,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            # mixture of experts (issue 44): the drops a capacity makes, the router's aux loss in the step, the
            # capacity leak's cause, the generated experts and latent attention, the rules under packing
            ("capacity_drops", ["analysis/capacity.py"], ["tests/analysis/test_capacity_drops.py"]),
-           ("router_aux", ["runtime/certification/step/router.py"], ["tests/hf/test_step_router_aux.py"]),
+           ("router_aux", ["runtime/certification/step/router.py"], ["tests/hf/test_step_router_aux.py",
+                                                                       "tests/hf/test_step_router_exact.py"]),
            ("capacity_cause", ["runtime/certification/design/capacity.py"],
             ["tests/runtime/certification/design/test_capacity.py"]),
            # the codegen goldens hold the generated text (docstrings, comments, Config keys) of the MoE presets
@@ -119,9 +120,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
                                                      "tests/test_goldens.py::test_codegen_golden"]),
            ("latent_code", ["codegen/latent.py"], ["tests/codegen/test_latent_attention.py",
                                                    "tests/test_goldens.py::test_codegen_golden"]),
-           ("moe_rules", ["rules/experts.py"], ["tests/rules/test_experts.py"]),
-           ("hf_experts", ["hf/experts.py"], ["tests/codegen/test_experts_code.py"]),
-           ("guard_experts", ["guard/experts.py"], ["tests/guard/test_guard_experts.py"]),
+           ("moe_rules", ["rules/experts.py"], ["tests/rules/test_experts.py", "tests/rules/test_experts_exact.py"]),
+           ("hf_experts", ["hf/experts.py"], ["tests/hf/test_import_experts.py", "tests/codegen/test_experts_code.py"]),
+           ("guard_experts", ["guard/experts.py"], ["tests/guard/test_guard_experts.py",
+                                                      "tests/guard/test_guard_experts_exact.py"]),
            # the other readers of a boundary (issue 46): multi-token prediction, vision-language rows
            # the MTP modules themselves are text pasted into generated modules (codegen/runtime/mtp.py), which
            # mutmut cannot mutate: their tests hold them to the certificates' own loop over the targets
