@@ -131,7 +131,9 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             ["tests/runtime/certification/step/test_mtp_labels.py", "tests/analysis/test_mtp_cost.py",
              "tests/codegen/test_mtp_code.py"]),
            ("vision", ["runtime/certification/forward/vision.py", "hf/vision.py"],
-            ["tests/hf/test_vision_rows.py", "tests/hf/test_vision_step.py"]),
+            ["tests/hf/test_vision_rows.py", "tests/hf/test_vision_step.py",
+             "tests/runtime/certification/forward/test_vision_certificates.py",
+             "tests/testing/test_assert_vision_packed.py"]),
            # RL post-training (issue 43): each certificate with its modes or batch reading
            ("rl_aggregation", ["runtime/certification/rl/aggregation.py", "runtime/certification/rl/modes.py"],
             ["tests/runtime/certification/rl/test_aggregation.py", "tests/runtime/certification/rl/test_modes.py",

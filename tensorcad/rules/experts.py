@@ -24,13 +24,8 @@ def _packed(design: Design, op) -> bool:
 
 
 def _moes(design: Design) -> list[tuple[Node, int]]:
-    """Each moe node once (its design-file path), with the layers that run it."""
-    found: dict[str, tuple[Node, int]] = {}
-    for node, times in design.walk():
-        if node.kind == "moe":
-            first, layers = found.get(node.path, (node, 0))
-            found[node.path] = (first, layers + times)
-    return list(found.values())
+    """Each moe node (one a design-file path: the walk visits a node once) with the layers that run it."""
+    return [(node, times) for node, times in design.walk() if node.kind == "moe"]
 
 
 @rule("moe-capacity-packed", "warn", "packing is on and a mixture of experts drops tokens past a capacity: "
