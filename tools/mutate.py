@@ -114,7 +114,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("router_aux", ["runtime/certification/step/router.py"], ["tests/hf/test_step_router_aux.py",
                                                                        "tests/hf/test_step_router_exact.py"]),
            ("capacity_cause", ["runtime/certification/design/capacity.py"],
-            ["tests/runtime/certification/design/test_capacity.py"]),
+            ["tests/runtime/certification/design/test_capacity.py",
+             "tests/runtime/certification/design/test_capacity_exact.py"]),
            # the codegen goldens hold the generated text (docstrings, comments, Config keys) of the MoE presets
            ("experts_code", ["codegen/experts.py"], ["tests/codegen/test_experts_code.py",
                                                      "tests/test_goldens.py::test_codegen_golden"]),
