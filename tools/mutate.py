@@ -99,6 +99,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("data_coverage", ["runtime/certification/data/coverage.py", "runtime/certification/data/pieces.py"],
             ["tests/runtime/certification/data/test_coverage.py", "tests/runtime/certification/data/test_coverage_exact.py",
              "tests/runtime/certification/data/test_data_checks.py"]),
+           # the counting digest every coverage count is made of (ids hashed, pieces as events, merged exactly)
+           ("data_digest", ["packing/corpus/digest.py"],
+            ["tests/packing/corpus/test_digest.py", "tests/runtime/certification/data/test_coverage_exact.py",
+             "tests/runtime/certification/data/test_data_checks.py"]),
            # its cluster test is the slow one, run here (-m selects it): a local cluster a mutant, seconds each
            ("data_at_scale", ["runtime/certification/data/at_scale.py"],
             ["tests/runtime/certification/data/test_coverage_at_scale.py"]),

@@ -227,3 +227,45 @@ def test_held_aux_diagnoses_pooled_padding_and_a_row_taken_as_a_sequence():
     # pooled padding is the diagnosis when both fit
     both = held_aux(_aux(2.0, per_row=2.0), _aux(1.0, pooled=1.0, padding=4, per_row=1.0), tolerance_of)
     assert both.padding_counted == 4 and not both.row_as_sequence
+
+
+def test_a_users_own_output_and_model_are_read_by_what_they_have():
+    model = mixtral()
+    out = run(model)
+    real = torch.ones(2, WIDTH, dtype=torch.bool)
+    real[1, 3:] = False
+    pooled = float(lbl(out.router_logits, EXPERTS, TOP_K))
+    # an output object of the user's own: only the attributes it has are read
+    assert router_aux(model, types.SimpleNamespace(loss=out.loss)) is None  # no aux_loss
+    bare = router_aux(model, types.SimpleNamespace(aux_loss=out.aux_loss))  # no loss, logits or router logits
+    assert (bare.value, bare.pooled_with_padding, bare.per_row) == (float(out.aux_loss), None, None)
+    no_logits = router_aux(model, types.SimpleNamespace(aux_loss=out.aux_loss, router_logits=out.router_logits), real)
+    assert no_logits.pooled_with_padding == pytest.approx(pooled, rel=1e-12) and no_logits.per_row is None
+    flat = MoeCausalLMOutputWithPast(aux_loss=out.aux_loss, logits=out.logits[0], router_logits=out.router_logits)
+    flat_aux = router_aux(model, flat, real)  # logits of no (B, T, V): no rows, the pooled term still
+    assert flat_aux.pooled_with_padding == pytest.approx(pooled, rel=1e-12) and flat_aux.per_row is None
+    # every token padding: no row to average, the pooled term still
+    empty = router_aux(model, out, torch.zeros(2, WIDTH, dtype=torch.bool))
+    assert empty.pooled_with_padding == pytest.approx(pooled, rel=1e-12) and empty.per_row is None
+    # a config naming only num_local_experts (no num_experts alias)
+    model.config = types.SimpleNamespace(num_local_experts=EXPERTS, num_experts_per_tok=TOP_K)
+    assert router_aux(model, out).per_row == pytest.approx(
+        sum(rows_of(out, torch.ones(2, WIDTH, dtype=torch.bool))) / 2, rel=1e-12)
+
+
+class _NoConfig(torch.nn.Module):
+    """A user's module with a coefficient and no config (its module holds no load_balancing_loss_func)."""
+
+    router_aux_loss_coef = 0.5
+
+
+def test_a_model_without_a_family_function_or_config_keeps_the_term_and_diagnoses_nothing():
+    mixtral_out = run(mixtral())
+    real = torch.ones(2, WIDTH, dtype=torch.bool)
+    real[0, 2:] = False
+    for model in (_NoConfig(), transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1, num_attention_heads=1))):
+        model.router_aux_loss_coef = 0.5
+        aux = router_aux(model, mixtral_out, real)
+        assert (aux.coef, aux.value, aux.padding, aux.pooled_with_padding, aux.per_row) == \
+            (0.5, float(mixtral_out.aux_loss), 5, None, None)
