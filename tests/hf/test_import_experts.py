@@ -130,3 +130,37 @@ def test_what_the_language_cannot_say_is_refused_by_its_key():
         "router_aux_loss_coef: expected a coefficient of at least 0, got -0.1"
     assert refused("qwen3_moe", head_dim=None, hidden_size=66) == \
         "num_attention_heads: 4 heads do not divide hidden_size 66"
+
+
+def _without(family: str, *keys: str, **change) -> dict:
+    config = {**tiny_config(transformers, family).to_dict(), **change}
+    for key in keys:
+        del config[key]
+    return config
+
+
+def test_the_defaults_where_a_config_leaves_a_key_out():
+    qwen3 = design_from_config(_without("qwen3_moe", "mlp_only_layers", "decoder_sparse_step", "norm_topk_prob",
+                                        "router_aux_loss_coef", output_router_logits=True))
+    mlp = qwen3["nodes"][1]["params"]["block"]["params"]["mlp"]
+    assert (mlp["normalize"], mlp["aux_loss"]) == (False, 0.001)  # transformers' defaults
+    mixtral = design_from_config(_without("mixtral", "router_jitter_noise"))
+    assert mixtral["nodes"][1]["params"]["block"]["params"]["mlp"]["normalize"] is True  # no jitter: nothing refused
+    # Mixtral's experts are num_local_experts whatever else the file says
+    assert refused("mixtral", num_local_experts=None, num_experts=4) == \
+        "num_local_experts: expected an integer of at least 1, got None"
+    # a coefficient of 0 is a coefficient
+    assert block("qwen3_moe", output_router_logits=True, router_aux_loss_coef=0.0)["mlp"]["aux_loss"] == 0.0
+    head_dim = block("qwen3_moe", head_dim=None)["attention"]["head_dim"]
+    assert head_dim == 16 and type(head_dim) is int  # hidden_size // heads, an integer
+
+
+def test_the_shapes_keys_go_to_their_paths():
+    where = dispositions({**tiny_config(transformers, "olmoe").to_dict(), "head_dim": 16})
+    assert {key: where[key].note for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                             "num_key_value_heads", "head_dim")} == {
+        "vocab_size": "nodes[0].params.vocab", "hidden_size": "nodes[0].params.dim",
+        "num_hidden_layers": "nodes[1].params.repeat",
+        "num_attention_heads": "nodes[1].params.block.params.attention.heads",
+        "num_key_value_heads": "nodes[1].params.block.params.attention.kv_heads",
+        "head_dim": "nodes[1].params.block.params.attention.head_dim"}
