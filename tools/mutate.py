@@ -101,7 +101,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
              "tests/runtime/certification/data/test_data_checks.py"]),
            # the counting digest every coverage count is made of (ids hashed, pieces as events, merged exactly)
            ("data_digest", ["packing/corpus/digest.py"],
-            ["tests/packing/corpus/test_digest.py", "tests/runtime/certification/data/test_coverage_exact.py",
+            ["tests/packing/corpus/test_digest.py", "tests/packing/corpus/test_digest_exact.py",
+             "tests/runtime/certification/data/test_coverage_exact.py",
              "tests/runtime/certification/data/test_data_checks.py"]),
            # its cluster test is the slow one, run here (-m selects it): a local cluster a mutant, seconds each
            ("data_at_scale", ["runtime/certification/data/at_scale.py"],

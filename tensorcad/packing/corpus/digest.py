@@ -186,7 +186,10 @@ def differences(digest: Digest) -> Differences:
     The digest is sorted by (key, position); a document's running sum of
     events is the excess count of each token from one event to the next, so the
     tokens lost are the widths where it is negative, those duplicated where it
-    is positive.
+    is positive. Every piece adds +s and -s, so each document's events sum to
+    zero: the running sum over the whole digest is back at 0 where a document
+    starts and at its last event, and the width from there (to the next
+    document) weighs nothing.
     """
     pieces = digest.positions == PIECES
     k, p, c = digest.keys[~pieces], digest.positions[~pieces], digest.counts[~pieces]
@@ -196,13 +199,9 @@ def differences(digest: Digest) -> Differences:
     copies = np.ones(len(all_keys), np.int64)
     extra = np.zeros(len(all_keys), np.int64)
     if len(k):
-        first = np.r_[True, k[1:] != k[:-1]]
-        starts = np.flatnonzero(first)
-        running = np.cumsum(c)
-        base = np.repeat(running[starts] - c[starts], np.diff(np.r_[starts, len(k)]))
-        excess = running - base  # the count over what was due from this event's position to the next
-        last = np.r_[first[1:], True]
-        width = np.where(last, 0, np.r_[np.diff(p), 0])
+        starts = np.flatnonzero(np.r_[True, k[1:] != k[:-1]])
+        excess = np.cumsum(c)  # the count over what was due from this event's position to the next
+        width = np.r_[np.diff(p), 0]
         where = np.searchsorted(all_keys, k[starts])
         lost[where] = np.add.reduceat(np.maximum(-excess, 0) * width, starts)
         duplicated[where] = np.add.reduceat(np.maximum(excess, 0) * width, starts)
