@@ -61,11 +61,18 @@ def test_transformers_experts_called_by_keyword_and_without_a_config():
     with torch.no_grad(), experts_recording(experts, calls):
         experts(hidden_states=hidden, top_k_index=index, top_k_weights=weights)
     assert calls == [ExpertsCall("", calls[0].implementation, None, 5, 2, 4)]
+    calls.clear()
+    with torch.no_grad(), experts_recording(experts, calls):
+        experts(hidden, index, top_k_weights=weights)  # two positional, the weights by keyword
+    assert [(c.tokens, c.top_k) for c in calls] == [(5, 2)]
     # what the hook reads, on a module whose config names no implementation and which names no count: transformers'
     # default (eager), the experts counted from their stacked weights (the forward itself needs the config)
     experts.config, experts.num_experts = None, None
     assert _transformers_experts("x", experts, (hidden, index, weights), {}) == ExpertsCall("x", "eager", None, 5, 2, 4)
     assert _transformers_experts("x", experts, (hidden[None],), {"top_k_index": index}).tokens == 5
+    del experts.config, experts.num_experts  # neither attribute at all
+    assert _transformers_experts("y", experts, (), {"hidden_states": hidden, "top_k_index": index}) == \
+        ExpertsCall("y", "eager", None, 5, 2, 4)
     with experts_recording(object(), calls):  # no modules to hook: nothing recorded, nothing raised
         pass
     assert len(calls) == 1
@@ -99,3 +106,16 @@ def test_a_generated_moe_over_two_rows_drops_what_each_rows_walk_drops():
     with torch.no_grad(), experts_recording(dropless, calls):
         dropless(x)
     assert calls == [ExpertsCall("", "generated", None, 20, 2, 4, dropped=0)]
+
+
+def test_switchs_router_is_recorded_under_its_name():
+    from transformers.models.switch_transformers import modeling_switch_transformers as switch
+
+    torch.manual_seed(3)
+    config = transformers.SwitchTransformersConfig(d_model=16, num_experts=4, expert_capacity=3, d_ff=32,
+                                                   router_jitter_noise=0.0)
+    layer = switch.SwitchTransformersSparseMLP(config).eval()
+    calls = []
+    with torch.no_grad(), experts_recording(layer, calls):
+        layer(torch.randn(1, 5, 16))
+    assert [(c.layer, c.implementation, c.tokens) for c in calls] == [("router", "switch", 5)]
