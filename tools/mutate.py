@@ -135,7 +135,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            # mutmut cannot mutate: their tests hold them to the certificates' own loop over the targets
            ("mtp", ["runtime/certification/step/mtp.py", "analysis/mtp.py"],
             ["tests/runtime/certification/step/test_mtp_labels.py", "tests/analysis/test_mtp_cost.py",
-             "tests/codegen/test_mtp_code.py"]),
+             "tests/codegen/test_mtp_code.py", "tests/runtime/certification/step/test_mtp_exact.py"]),
            ("vision", ["runtime/certification/forward/vision.py", "hf/vision.py"],
             ["tests/hf/test_vision_rows.py", "tests/hf/test_vision_step.py",
              "tests/runtime/certification/forward/test_vision_certificates.py",

@@ -40,7 +40,10 @@ class MtpCost:
 def _last_attention(design: Design):
     """The attention kernel of the stack's last block: the one each module's block runs."""
     stack = [n for n in design.nodes if n.kind == "stack"][-1]
-    block = stack.children[(stack.repeat - 1) % len(stack.children)]
+    # repetition i runs block i mod n (design.expand): with the cycle whole, the stack repeats its n blocks; cut
+    # short, the stack runs once and each block says how many repetitions run it
+    repetitions = stack.repeat * sum(block.repeat for block in stack.children)
+    block = stack.children[(repetitions - 1) % len(stack.children)]
 
     def walk(node: Node):
         if node.attention is not None:
