@@ -149,6 +149,8 @@ def test_the_defaults_where_a_config_leaves_a_key_out():
     # Mixtral's experts are num_local_experts whatever else the file says
     assert refused("mixtral", num_local_experts=None, num_experts=4) == \
         "num_local_experts: expected an integer of at least 1, got None"
+    with pytest.raises(TensorcadError, match="^num_local_experts: "):
+        design_from_config(_without("mixtral", "num_local_experts", num_experts=4))
     # a coefficient of 0 is a coefficient
     assert block("qwen3_moe", output_router_logits=True, router_aux_loss_coef=0.0)["mlp"]["aux_loss"] == 0.0
     head_dim = block("qwen3_moe", head_dim=None)["attention"]["head_dim"]

@@ -174,7 +174,7 @@ def test_due_of_examples_tokens_and_truncation():
     docs = [{"id": 0, "input_ids": [1, 2, 3]}, {"id": 1, "input_ids": [4]}, {"id": 2, "text": "abcd"}]
     assert due_of(docs[:2], unit="token").due == 4
     assert due_of(docs[2:], unit="token", length_of="text").due == 4
-    assert due_of(docs, unit="token", length_of=lambda d: 2).due == 6
+    assert due_of(docs, unit="token", length_of=lambda d: len(d.get("text", "xy"))).due == 8
     assert due_of([{"key": 7}], id_key="key").documents == 1
     cut = due_of(docs[:2], unit="token", policy="truncate", max_length=2)
     assert (cut.due, cut.dropped) == (3, 1)
