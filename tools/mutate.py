@@ -139,6 +139,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("vision", ["runtime/certification/forward/vision.py", "hf/vision.py"],
             ["tests/hf/test_vision_rows.py", "tests/hf/test_vision_step.py",
              "tests/runtime/certification/forward/test_vision_certificates.py",
+             "tests/runtime/certification/forward/test_vision_exact.py",
              "tests/testing/test_assert_vision_packed.py"]),
            # RL post-training (issue 43): each certificate with its modes or batch reading
            ("rl_aggregation", ["runtime/certification/rl/aggregation.py", "runtime/certification/rl/modes.py"],

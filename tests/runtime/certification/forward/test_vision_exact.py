@@ -1,0 +1,97 @@
+"""The vision-language certificates' results to the letter (issue 46's mutation): every branch of each message,
+the JSON, when each passes, and transformers' token types read off the placeholder tokens."""
+
+from __future__ import annotations
+
+import math
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "hf"))
+
+from tensorcad.hf.vision import AxisDifference, _type_ids  # noqa: E402
+from tensorcad.runtime.certification.forward.vision import (  # noqa: E402
+    SampleGap,
+    SampleLeak,
+    VisionFaithfulResult,
+    VisionIsolationResult,
+)
+
+GAPS = (SampleGap(0, 0, 5, 0, 1e-7), SampleGap(1, 5, 9, 3, 0.25), SampleGap(2, 14, 4, 1, 0.5))
+AXIS = AxisDifference("temporal", 1, 3, 7, 5)
+
+
+def faithful(gaps=GAPS, cause=None, why=None, axes=()):
+    return VisionFaithfulResult(gaps, 1e-5, cause, why, axes)
+
+
+def test_faithful_in_words():
+    worst = faithful(cause="cache", why="use_cache=True")
+    assert not worst.passed and [g.sample for g in worst.differing] == [1, 2] and worst.largest == 0.5
+    assert worst.message() == ("sample 2 (4 tokens from position 14) differs from itself run alone by 0.5 at its "
+                               "token 1 (tolerance 1e-05); cause: cache: use_cache=True")
+    assert faithful().message() == ("sample 2 (4 tokens from position 14) differs from itself run alone by 0.5 at "
+                                    "its token 1 (tolerance 1e-05)")
+    close = GAPS[:1] + (SampleGap(1, 5, 9, 2, 1e-5),)  # a gap equal to the tolerance passes
+    assert faithful(close).passed and faithful(close).message() == (
+        "faithful: 2 samples each equal to itself run alone, largest difference 1e-05 (tolerance 1e-05)")
+    blind = faithful(close, cause="positions rows", why="three rows")
+    assert not blind.passed and blind.message() == ("every sample equals itself alone on this batch, but the call "
+                                                    "cannot keep samples apart; cause: positions rows: three rows")
+    nothing = faithful(())
+    assert not nothing.passed and nothing.largest == 0.0 and nothing.message() == "no sample was compared"
+    nan = faithful(GAPS + (SampleGap(3, 18, 2, 0, math.nan),))
+    assert [g.sample for g in nan.differing] == [1, 2, 3] and nan.message().startswith("sample 3 (2 tokens")
+
+
+def test_faithful_json():
+    result = faithful(GAPS[1:2], cause="positions axis temporal", why=AXIS.message(), axes=(AXIS,))
+    assert result.to_json() == {
+        "passed": False, "tolerance": 1e-5, "largest": 0.25, "cause": "positions axis temporal",
+        "gaps": [{"sample": 1, "first": 5, "length": 9, "token": 3, "largest": 0.25}],
+        "axes": ["position_ids' temporal row of sample 1 differs from get_rope_index on the sample alone at its "
+                 "token 3: 7 where 5 was meant"],
+        "message": result.message()}
+    assert result.message().endswith("; cause: positions axis temporal: " + AXIS.message())
+
+
+def isolation(leaks=(), perturbed=3, own=0.5, cause=None, why=None):
+    return VisionIsolationResult(leaks, perturbed, own, cause, why)
+
+
+def test_isolation_in_words():
+    leaks = (SampleLeak(0, 1, 0.125, 9), SampleLeak(0, 2, 0.375, 14), SampleLeak(1, 2, 0.25, 15))
+    failed = isolation(leaks, cause="cache", why="use_cache=True")
+    assert not failed.passed and failed.message() == (
+        "changing sample 0 (its text and pixels) moved sample 2 by up to 0.375, first at position 14; cause: "
+        "cache: use_cache=True")
+    assert isolation(leaks).message() == ("changing sample 0 (its text and pixels) moved sample 2 by up to 0.375, "
+                                          "first at position 14")
+    clean = isolation()
+    assert clean.passed and clean.message() == ("isolated: 3 samples changed (text and pixels), every other logit "
+                                                "bitwise equal (own logits moved by at least 0.5)")
+    vacuous = isolation(own=0.0)
+    assert not vacuous.passed and vacuous.message() == ("changing a sample moved none of its own logits: isolation "
+                                                        "would pass vacuously")
+    assert not isolation(own=math.nan).passed
+    blind = isolation(cause="positions over the whole row", why="no position_ids")
+    assert not blind.passed and blind.message() == (
+        "no sample moved another on this batch, but the call cannot keep samples apart; cause: positions over the "
+        "whole row: no position_ids")
+    assert not isolation(perturbed=0).passed
+
+
+def test_token_types_are_read_off_the_placeholders():
+    config = types.SimpleNamespace(image_token_id=7, video_token_id=8, vision_start_token_id=5,
+                                   vision_end_token_id=6)
+    model = types.SimpleNamespace(config=config)
+    ids = torch.tensor([[1, 5, 7, 7, 6, 2, 5, 8, 8, 6]])
+    types_ = _type_ids(model, ids)
+    assert types_.dtype == torch.int32 and types_.tolist() == [[0, 0, 1, 1, 0, 0, 0, 2, 2, 0]]
+    config.video_token_id = None  # a model with images only
+    assert _type_ids(model, ids).tolist() == [[0, 0, 1, 1, 0, 0, 0, 0, 0, 0]]
