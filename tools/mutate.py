@@ -141,6 +141,14 @@ MODULES: dict[str, tuple[str, list[str]]] = {
              "tests/runtime/certification/forward/test_vision_certificates.py",
              "tests/runtime/certification/forward/test_vision_exact.py",
              "tests/testing/test_assert_vision_packed.py"]),
+           # padded packing as a form (issue 46): cu_seqlens beside cu_seqlens_padded, and the CP plan certificate's
+           # readers held to the padded layout
+           ("padded_forms", ["packing/forms.py"], ["tests/packing/test_packing_forms.py",
+                                                   "tests/packing/test_padded_forms.py"]),
+           ("cp_certificate", ["runtime/certification/parallel/certificate.py",
+                               "runtime/certification/parallel/plan.py"],
+            ["tests/runtime/certification/parallel/test_cp_plan.py",
+             "tests/runtime/certification/parallel/test_cp_padded.py"]),
            # RL post-training (issue 43): each certificate with its modes or batch reading
            ("rl_aggregation", ["runtime/certification/rl/aggregation.py", "runtime/certification/rl/modes.py"],
             ["tests/runtime/certification/rl/test_aggregation.py", "tests/runtime/certification/rl/test_modes.py",
