@@ -95,3 +95,48 @@ def test_token_types_are_read_off_the_placeholders():
     assert types_.dtype == torch.int32 and types_.tolist() == [[0, 0, 1, 1, 0, 0, 0, 2, 2, 0]]
     config.video_token_id = None  # a model with images only
     assert _type_ids(model, ids).tolist() == [[0, 0, 1, 1, 0, 0, 0, 0, 0, 0]]
+
+
+@pytest.fixture(scope="module")
+def packed_row():
+    pytest.importorskip("transformers")
+    from tensorcad.hf import vision_rows
+
+    from vision_models import samples, tiny_vlm
+
+    model = tiny_vlm("qwen2_vl")
+    rows = vision_rows(model, samples())
+    return model, rows
+
+
+def test_a_changed_sample_redraws_its_text_and_pixels_only(packed_row):
+    from tensorcad.hf.vision import samples_of
+    from tensorcad.runtime.certification.forward.vision import _changed
+
+    model, rows = packed_row
+    config = model.config
+    special = [config.image_token_id, config.video_token_id, config.vision_start_token_id, config.vision_end_token_id]
+    given = samples_of(model, rows.inputs, rows.documents)
+    ids, pixels = rows.inputs["input_ids"], rows.inputs["pixel_values"]
+    pixels_at = 0
+    for index, s in enumerate(given):
+        changed = _changed(model, rows.inputs, s, torch.Generator().manual_seed(index), pixels_at)
+        new = changed["input_ids"]
+        first, end = s["first"], s["end"]
+        for t in range(ids.shape[1]):
+            old, now = int(ids[0, t]), int(new[0, t])
+            if first <= t < end and old not in special:
+                assert now != old and now not in special and 0 <= now < config.text_config.vocab_size
+            else:
+                assert now == old  # other samples, and this sample's vision tokens, untouched
+        own = s["inputs"].get("pixel_values")
+        if own is None:
+            assert changed["pixel_values"] is pixels
+        else:
+            moved = (changed["pixel_values"] != pixels).any(dim=-1)
+            assert moved.nonzero().flatten().tolist() == list(range(pixels_at, pixels_at + len(own)))
+            pixels_at += len(own)
+        assert torch.equal(ids, rows.inputs["input_ids"])  # the caller's inputs are not changed in place
+        again = _changed(model, rows.inputs, s, torch.Generator().manual_seed(index), 0)
+        assert torch.equal(again["input_ids"], new)  # drawn from the generator it is given, nothing else
+    assert pixels_at == len(pixels) and len(given) == 3
