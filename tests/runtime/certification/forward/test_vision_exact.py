@@ -140,3 +140,36 @@ def test_a_changed_sample_redraws_its_text_and_pixels_only(packed_row):
         again = _changed(model, rows.inputs, s, torch.Generator().manual_seed(index), 0)
         assert torch.equal(again["input_ids"], new)  # drawn from the generator it is given, nothing else
     assert pixels_at == len(pixels) and len(given) == 3
+
+
+class RaisingAt:
+    """The model, raising on its ``at``-th call (1-based): which run the certificate names."""
+
+    def __init__(self, model, at):
+        self.model, self.at, self.calls = model, at, 0
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def __call__(self, **kwargs):
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError("  planted\n")
+        return self.model(**kwargs)
+
+
+@pytest.mark.parametrize("check, at, who", [
+    ("isolation", 1, "model (the packed row)"),
+    ("isolation", 3, "model (sample 1 changed)"),
+    ("faithful", 1, "model (the packed row)"),
+    ("faithful", 4, "model (sample 2 run alone)"),
+])
+def test_a_raising_model_is_named_by_the_run(packed_row, check, at, who):
+    from tensorcad.errors import TensorcadError
+    from tensorcad.runtime.certification import check_vision_faithful, check_vision_isolation
+
+    model, rows = packed_row
+    run = check_vision_isolation if check == "isolation" else check_vision_faithful
+    with pytest.raises(TensorcadError) as e:
+        run(RaisingAt(model, at), rows.inputs, rows.documents)
+    assert str(e.value) == f"{who}: raised RuntimeError: planted"
