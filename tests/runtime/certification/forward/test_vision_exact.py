@@ -173,3 +173,82 @@ def test_a_raising_model_is_named_by_the_run(packed_row, check, at, who):
     with pytest.raises(TensorcadError) as e:
         run(RaisingAt(model, at), rows.inputs, rows.documents)
     assert str(e.value) == f"{who}: raised RuntimeError: planted"
+
+
+def test_every_cause_and_refusal_in_words(packed_row):
+    from tensorcad.errors import TensorcadError
+    from tensorcad.hf.vision import diagnose_vision_call, samples_of, vision_rows
+
+    from vision_models import samples
+
+    model, rows = packed_row
+    inputs, documents = rows.inputs, rows.documents
+    text_row = dict(inputs, position_ids=inputs["position_ids"][0])
+    assert diagnose_vision_call(model, text_row, documents, False) == (
+        "positions rows", "position_ids holds the 1 mRoPE rows only: transformers reads packing from a text row "
+        "before them (4 rows: text positions restarting per sample, then temporal, height, width), so it masks "
+        "causally over the whole row")
+    assert diagnose_vision_call(model, dict(inputs, position_ids=inputs["position_ids"][1:]), documents, False)[1] \
+        .startswith("position_ids holds the 3 mRoPE rows only")
+    assert diagnose_vision_call(model, {k: v for k, v in inputs.items() if k != "position_ids"}, documents,
+                                False)[1] == (
+        "no position_ids: the model runs get_rope_index over the whole packed row, so positions never restart and no "
+        "text row switches packing on; pass the 4-row position_ids of tensorcad.hf.vision_rows")
+    assert diagnose_vision_call(model, inputs, documents, True) == (
+        "cache", "a cache is on (use_cache): transformers reads packing from position_ids only when no cache exists; "
+        "pass use_cache=False")
+    masked = dict(inputs, attention_mask=torch.ones_like(inputs["input_ids"]))
+    assert diagnose_vision_call(model, masked, documents, False) == (
+        "attention mask", "a 2-D attention_mask is given: transformers reads packing from position_ids only without "
+        "one")
+    assert diagnose_vision_call(model, dict(inputs, attention_mask=None), documents, False) is None
+
+    def refused(call):
+        with pytest.raises(TensorcadError) as e:
+            call()
+        return str(e.value)
+
+    given = samples()
+    assert refused(lambda: vision_rows(model, ["x"])) == "samples[0]: expected a dict of a sample's inputs, got str"
+    assert refused(lambda: vision_rows(model, [given[0], {}])) == \
+        "samples[1].input_ids: every sample needs its input_ids"
+    assert refused(lambda: vision_rows(model, [dict(given[0], pixel_values_videos=torch.zeros(1))])) == \
+        "samples[0].pixel_values_videos: videos are not packed yet: images only"
+    assert refused(lambda: vision_rows(model, ())) == "samples: expected a non-empty list of samples"
+    assert refused(lambda: samples_of(model, dict(inputs, input_ids=inputs["input_ids"][0]), documents)) == \
+        "inputs.input_ids: expected one packed row (1, T), got (46,)"
+    two = dict(inputs, input_ids=inputs["input_ids"].repeat(2, 1))
+    assert refused(lambda: samples_of(model, two, documents.repeat(2, 1))) == \
+        "inputs.input_ids: expected one packed row (1, T), got (2, 46)"
+    assert refused(lambda: samples_of(model, inputs, documents[:, :-1])) == \
+        "documents: shape (1, 45) differs from input_ids (1, 46)"
+    crossing = documents.clone()
+    crossing[0, 7:17] = 1  # sample 0's image tokens cut by the boundary
+    assert refused(lambda: samples_of(model, inputs, crossing)) == \
+        "inputs.image_grid_thw: sample 0's image tokens end inside image 0: an image crosses samples"
+    assert refused(lambda: samples_of(model, dict(inputs, image_grid_thw=inputs["image_grid_thw"][:1]),
+                                      documents)) == \
+        "inputs.image_grid_thw: sample 1 holds image tokens past the last image"
+
+
+def test_the_samples_of_a_packed_row(packed_row):
+    from tensorcad.hf.vision import samples_of
+
+    model, rows = packed_row
+    inputs = rows.inputs
+    read = samples_of(model, inputs, rows.documents)
+    assert [(s["first"], s["end"]) for s in read] == [(0, 17), (17, 37), (37, 46)] and rows.lengths == (17, 20, 9)
+    grids, pixels = inputs["image_grid_thw"], inputs["pixel_values"]
+    patches = [int(g.prod()) for g in grids]  # t x h x w patches an image
+    assert torch.equal(read[0]["inputs"]["pixel_values"], pixels[:patches[0]])
+    assert torch.equal(read[1]["inputs"]["pixel_values"], pixels[patches[0]:patches[0] + patches[1]])
+    assert torch.equal(read[1]["inputs"]["image_grid_thw"], grids[1:2])
+    assert "pixel_values" not in read[2]["inputs"] and "image_grid_thw" not in read[2]["inputs"]
+    for s in read:
+        assert torch.equal(s["inputs"]["input_ids"], inputs["input_ids"][:, s["first"]:s["end"]])
+        assert torch.equal(s["inputs"]["mm_token_type_ids"], inputs["mm_token_type_ids"][:, s["first"]:s["end"]])
+    no_types = samples_of(model, {k: v for k, v in inputs.items() if k != "mm_token_type_ids"}, rows.documents)
+    assert all("mm_token_type_ids" not in s["inputs"] for s in no_types)
+    assert inputs["use_cache"] is False
+    assert rows.documents.tolist() == [[0] * 17 + [1] * 20 + [2] * 9]
+    assert inputs["position_ids"][0, 0].tolist() == list(range(17)) + list(range(20)) + list(range(9))
