@@ -252,3 +252,63 @@ def test_the_samples_of_a_packed_row(packed_row):
     assert inputs["use_cache"] is False
     assert rows.documents.tolist() == [[0] * 17 + [1] * 20 + [2] * 9]
     assert inputs["position_ids"][0, 0].tolist() == list(range(17)) + list(range(20)) + list(range(9))
+
+
+def test_what_the_certificates_read_and_refuse():
+    from tensorcad.errors import TensorcadError
+    from tensorcad.runtime.certification.forward.vision import _cached, _read
+
+    assert _cached({"logits": 1, "past_key_values": object()}) and _cached({"cache": object()})
+    assert not _cached({"logits": 1, "past_key_values": None})
+    assert _cached(types.SimpleNamespace(past_key_values=object())) and _cached(types.SimpleNamespace(cache=1))
+    assert not _cached(types.SimpleNamespace(logits=1))
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    for inputs in ([ids], {"ids": ids}):
+        with pytest.raises(TensorcadError) as e:
+            _read(None, inputs, ids)
+        assert str(e.value) == "inputs: expected the packed row's keyword arguments, input_ids among them"
+    for documents in ([[0, 0, 1]], torch.zeros(1, 3)):
+        with pytest.raises(TensorcadError) as e:
+            _read(None, {"input_ids": ids}, documents)
+        assert str(e.value) == "documents: expected a (1, T) integer tensor: each token's sample"
+
+
+def _logits(model, inputs):
+    with torch.no_grad():
+        return model(**inputs).logits[0]
+
+
+def test_each_gap_and_each_leak_is_the_tests_own(packed_row):
+    from tensorcad.hf.vision import samples_of
+    from tensorcad.runtime.certification import check_vision_faithful, check_vision_isolation
+    from tensorcad.runtime.certification.forward.vision import _changed
+
+    model, rows = packed_row
+    whole = {k: v for k, v in rows.inputs.items() if k != "position_ids"}  # positions over the whole row: leaks
+    given = samples_of(model, whole, rows.documents)
+    base = _logits(model, whole)
+    # faithful: each sample's largest difference from itself alone, and the token it is at
+    result = check_vision_faithful(model, whole, rows.documents)
+    for index, (gap, s) in enumerate(zip(result.gaps, given)):
+        diff = (base[s["first"]:s["end"]] - _logits(model, dict(s["inputs"], use_cache=False))).abs()
+        token = int(diff.max(dim=-1).values.argmax())
+        assert (gap.sample, gap.first, gap.length, gap.token) == (index, s["first"], s["end"] - s["first"], token)
+        assert gap.largest == pytest.approx(float(diff.max()), abs=1e-6)
+    assert result.axes == () and result.cause == "positions over the whole row"
+    # isolation: the samples changed in turn from one generator, as the certificate draws them
+    generator, pixels_at, leaks, own = torch.Generator().manual_seed(0), 0, [], []
+    for index, s in enumerate(given):
+        out = _logits(model, _changed(model, whole, s, generator, pixels_at))
+        pixels_at += len(s["inputs"].get("pixel_values", ()))
+        own.append(float((out[s["first"]:s["end"]] - base[s["first"]:s["end"]]).abs().max()))
+        for other, t in enumerate(given):
+            if other == index:
+                continue
+            span = slice(t["first"], t["end"])
+            moved = (out[span] != base[span]).any(dim=-1).nonzero().flatten()
+            if len(moved):
+                leaks.append((index, other, float((out[span] - base[span]).abs().max()), t["first"] + int(moved[0])))
+    isolated = check_vision_isolation(model, whole, rows.documents)
+    assert [(x.changed, x.moved, x.position) for x in isolated.leaks] == [(a, b, p) for a, b, _, p in leaks]
+    assert [x.largest for x in isolated.leaks] == pytest.approx([v for _, _, v, _ in leaks], abs=1e-6)
+    assert leaks and isolated.own_change == pytest.approx(min(own), abs=1e-6)
