@@ -59,9 +59,9 @@ def _rope_index(model: Any) -> Any:
 
 
 def _token_ids(model: Any) -> dict[str, int | None]:
+    """The placeholder tokens the token types are read from (None where the config names none)."""
     config = model.config
-    return {name: getattr(config, name, None) for name in
-            ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id")}
+    return {name: getattr(config, name, None) for name in ("image_token_id", "video_token_id")}
 
 
 def _type_ids(model: Any, ids: Any) -> Any:

@@ -312,3 +312,61 @@ def test_each_gap_and_each_leak_is_the_tests_own(packed_row):
     assert [(x.changed, x.moved, x.position) for x in isolated.leaks] == [(a, b, p) for a, b, _, p in leaks]
     assert [x.largest for x in isolated.leaks] == pytest.approx([v for _, _, v, _ in leaks], abs=1e-6)
     assert leaks and isolated.own_change == pytest.approx(min(own), abs=1e-6)
+
+
+def test_token_types_from_a_config_naming_no_video():
+    model = types.SimpleNamespace(config=types.SimpleNamespace(image_token_id=7))
+    assert _type_ids(model, torch.tensor([[7, 8, 7]])).tolist() == [[1, 0, 1]]
+
+
+def test_a_model_without_get_rope_index_is_refused():
+    from tensorcad.errors import TensorcadError
+    from tensorcad.hf.vision import rope_positions
+
+    with pytest.raises(TensorcadError) as e:
+        rope_positions(object(), torch.zeros(3, dtype=torch.long), None)
+    assert str(e.value) == "model: object has no get_rope_index: not an mRoPE vision-language model"
+
+
+def test_rows_without_token_types_read_them_off_the_placeholders(packed_row):
+    from tensorcad.hf.vision import vision_rows
+
+    from vision_models import samples
+
+    model, rows = packed_row
+    bare = [{k: v for k, v in s.items() if k != "mm_token_type_ids"} for s in samples()]
+    again = vision_rows(model, bare)
+    for key in ("input_ids", "position_ids", "mm_token_type_ids", "pixel_values", "image_grid_thw"):
+        assert torch.equal(again.inputs[key], rows.inputs[key]), key
+
+
+def test_three_images_one_of_a_single_token_and_a_one_token_sample(packed_row):
+    from tensorcad.hf.vision import samples_of, vision_rows
+
+    from vision_models import sample
+
+    model, _ = packed_row
+    g = torch.Generator().manual_seed(4)
+    given = [{"input_ids": torch.tensor([[3]])}, sample(2, (1, 4, 4), 1, g), sample(1, (1, 2, 2), 2, g),
+             sample(0, (1, 4, 8), 3, g)]
+    rows = vision_rows(model, given)
+    read = samples_of(model, rows.inputs, rows.documents)
+    assert [(s["first"], s["end"]) for s in read] == [(0, 1), (1, 10), (10, 16), (16, 29)]
+    assert "pixel_values" not in read[0]["inputs"]
+    for s, want in zip(read[1:], given[1:]):
+        assert torch.equal(s["inputs"]["pixel_values"], want["pixel_values"])
+        assert torch.equal(s["inputs"]["image_grid_thw"], want["image_grid_thw"])
+    text = vision_rows(model, [given[0], {"input_ids": torch.tensor([[5, 6]])}])
+    assert "image_grid_thw" not in text.inputs
+    assert [(s["first"], s["end"]) for s in samples_of(model, text.inputs, text.documents)] == [(0, 1), (1, 3)]
+
+
+def test_an_axis_moved_is_named_with_what_it_holds_and_what_was_meant(packed_row):
+    from tensorcad.hf.vision import positions_differences
+
+    model, rows = packed_row
+    positions = rows.inputs["position_ids"].clone()
+    meant = int(positions[3, 0, 17 + 3])
+    positions[3, 0, 17 + 3] += 5  # sample 1's width axis at its token 3
+    found = positions_differences(model, dict(rows.inputs, position_ids=positions), rows.documents)
+    assert found == (AxisDifference("width", 1, 3, meant + 5, meant),)
