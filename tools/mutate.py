@@ -144,7 +144,8 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            # padded packing as a form (issue 46): cu_seqlens beside cu_seqlens_padded, and the CP plan certificate's
            # readers held to the padded layout
            ("padded_forms", ["packing/forms.py"], ["tests/packing/test_packing_forms.py",
-                                                   "tests/packing/test_padded_forms.py"]),
+                                                   "tests/packing/test_padded_forms.py",
+                                                   "tests/packing/test_padded_forms_exact.py"]),
            ("cp_certificate", ["runtime/certification/parallel/certificate.py",
                                "runtime/certification/parallel/plan.py"],
             ["tests/runtime/certification/parallel/test_cp_plan.py",

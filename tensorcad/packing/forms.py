@@ -229,9 +229,10 @@ def cu_seqlens_of(documents: Any) -> Any:
     grid, _ = _integers(documents, "documents")
     rows, seq = grid.shape
     begins = np.zeros(grid.shape, dtype=np.bool_)
-    begins[:, 0] = True
-    begins[:, 1:] = grid[:, 1:] != grid[:, :-1]
-    flat_begins = np.flatnonzero(begins.reshape(-1)) if seq else np.zeros(0, dtype=np.int64)
+    if seq:  # rows of no token begin nothing: cu_seqlens is [0]
+        begins[:, 0] = True
+        begins[:, 1:] = grid[:, 1:] != grid[:, :-1]
+    flat_begins = np.flatnonzero(begins.reshape(-1))
     cu = np.r_[flat_begins, rows * seq].astype(CU_SEQLENS_DTYPE)
     return _like(cu, documents)
 
