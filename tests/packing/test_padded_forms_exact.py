@@ -55,3 +55,18 @@ def test_rows_of_no_token():
     assert cu_seqlens_of(empty).tolist() == [0]
     kwargs = flash_kwargs_of(empty)
     assert kwargs["cu_seq_lens_q"].tolist() == [0] and (kwargs["max_length_q"], kwargs["max_length_k"]) == (0, 0)
+
+
+def test_the_eos_form_names_what_it_refuses():
+    from tensorcad.packing.forms import documents_of_eos, eos_ids_of
+
+    assert refused(lambda: documents_of_eos(A([1.5, 2.0]), 2)) == "ids: expected integers, got float64"
+    assert documents_of_eos(A([5, 2, 7, 2, 3]), 2).tolist() == [0, 0, 1, 1, 2]  # one row in, one row out
+    assert refused(lambda: eos_ids_of(A([1.5]), A([0]), 2)) == "ids: expected integers, got float64"
+    assert refused(lambda: eos_ids_of(A([1]), A([0.5]), 2)) == "documents: expected integers, got float64"
+    assert refused(lambda: eos_ids_of(A([5, 6, 7]), A([[0, 0, 1]]), 2)) == \
+        "documents: shape (1, 3) differs from ids (3,)"
+    inside = "token 2 is the EOS id but sits inside a document; it would end one there"
+    assert refused(lambda: eos_ids_of(A([5, 2, 7, 8]), A([0, 0, 0, 1]), 2)).startswith(f"ids[1]: {inside}")
+    assert refused(lambda: eos_ids_of(A([[5, 2, 6, 8]]), A([[0, 0, 0, 1]]), 2)).startswith(f"ids[0, 1]: {inside}")
+    assert eos_ids_of(A([5, 6, 7, 2]), A([0, 0, 1, 1]), 2).tolist() == [5, 2, 7, 2]  # the row's end: any token
