@@ -70,3 +70,52 @@ def test_the_eos_form_names_what_it_refuses():
     assert refused(lambda: eos_ids_of(A([5, 2, 7, 8]), A([0, 0, 0, 1]), 2)).startswith(f"ids[1]: {inside}")
     assert refused(lambda: eos_ids_of(A([[5, 2, 6, 8]]), A([[0, 0, 0, 1]]), 2)).startswith(f"ids[0, 1]: {inside}")
     assert eos_ids_of(A([5, 6, 7, 2]), A([0, 0, 1, 1]), 2).tolist() == [5, 2, 7, 2]  # the row's end: any token
+
+
+def test_the_other_converters_name_what_they_refuse():
+    from tensorcad.packing.forms import (
+        documents_of_cu_seqlens,
+        documents_of_eos,
+        documents_of_lengths,
+        documents_of_seq_idx,
+        positions_of,
+    )
+
+    assert refused(lambda: documents_of_seq_idx(A([0.5]))) == "seq_idx: expected integers, got float64"
+    assert refused(lambda: documents_of_seq_idx(A([[0, 0], [1, 1]]))) == \
+        "seq_idx[1, 0]: a row's documents are numbered from 0, got 1"
+    assert refused(lambda: documents_of_seq_idx(A([0, 2, 2]))) == \
+        "seq_idx[1]: 2 follows 0: seq_idx rises by one at each new document"
+    assert refused(lambda: documents_of_seq_idx(A([[0, 1, 1], [0, 0, 2]]))) == \
+        "seq_idx[1, 2]: 2 follows 0: seq_idx rises by one at each new document"
+    one_row = documents_of_seq_idx(A([0, 1, 1]))
+    assert one_row.tolist() == [0, 1, 1] and one_row.dtype == np.int64
+    rows_ = "expected a non-empty list of rows, each a list of document lengths"
+    assert refused(lambda: documents_of_lengths("x")) == f"lengths: {rows_}"
+    assert refused(lambda: documents_of_lengths([])) == f"lengths: {rows_}"
+    assert refused(lambda: documents_of_lengths([[2], []])) == "lengths[1]: expected a non-empty list of document lengths"
+    assert refused(lambda: documents_of_lengths([[2], "ab"])) == \
+        "lengths[1]: expected a non-empty list of document lengths"
+    assert refused(lambda: documents_of_lengths([[2, True]])) == "lengths[0][1]: a document holds at least one token, got True"
+    assert refused(lambda: documents_of_lengths([[2, 0]])) == "lengths[0][1]: a document holds at least one token, got 0"
+    grid = documents_of_lengths([[2, 1], [3]])
+    assert grid.tolist() == [[0, 0, 1], [0, 0, 0]] and grid.dtype == np.int64
+    assert refused(lambda: documents_of_cu_seqlens([0, 3], 3)) == \
+        "cu_seqlens: expected a numpy array or a torch tensor, got list"
+    assert refused(lambda: documents_of_cu_seqlens(A([0, 3]), True)) == "seq: expected a positive integer, got True"
+    assert refused(lambda: documents_of_cu_seqlens(A([0, 3]), 3, rows=0)) == "rows: expected a positive integer, got 0"
+    assert refused(lambda: documents_of_cu_seqlens(A([0]), 3)) == "cu_seqlens: expected at least [0, 3], got [0]"
+    assert refused(lambda: documents_of_cu_seqlens(A([1, 3]), 3)) == "cu_seqlens[0]: cumulative lengths begin at 0, got 1"
+    assert refused(lambda: documents_of_cu_seqlens(A([0, 2, 2, 3]), 3)) == \
+        "cu_seqlens[2]: 2 after 2: cumulative lengths rise at every document (none is empty)"
+    assert refused(lambda: documents_of_cu_seqlens(A([True, False]), 3)) == \
+        "cu_seqlens: expected a 1D integer array, got bool (2,)"
+    assert documents_of_cu_seqlens(A([0, 1, 3, 5]), 5).tolist() == [[0, 1, 1, 2, 2]]  # a one-token document
+    for bad in (True, -1, 1.0):
+        assert refused(lambda: documents_of_eos(A([1, 2]), bad)) == \
+            f"eos_id: expected a non-negative token id, got {bad!r}"
+    assert documents_of_eos(A([0, 5, 0, 7]), 0).tolist() == [0, 1, 1, 2]  # token 0 may be the EOS, ending its document
+    for width in ((1, 0), (0,)):
+        empty = positions_of(np.zeros(width, dtype=np.int64))
+        assert empty.shape == width and empty.dtype == np.int64
+    assert positions_of(A([0, 0, 1])).tolist() == [0, 1, 0]
