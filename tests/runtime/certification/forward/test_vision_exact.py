@@ -278,12 +278,23 @@ def _logits(model, inputs):
         return model(**inputs).logits[0]
 
 
-def test_each_gap_and_each_leak_is_the_tests_own(packed_row):
-    from tensorcad.hf.vision import samples_of
+def _three_images():
+    from vision_models import sample
+
+    g = torch.Generator().manual_seed(4)
+    return [{"input_ids": torch.tensor([[3, 9]])}, sample(2, (1, 4, 4), 1, g), sample(1, (1, 2, 2), 2, g),
+            sample(0, (1, 4, 8), 3, g)]
+
+
+@pytest.mark.parametrize("which", ["fixture", "three images after text"])
+def test_each_gap_and_each_leak_is_the_tests_own(packed_row, which):
+    from tensorcad.hf.vision import samples_of, vision_rows
     from tensorcad.runtime.certification import check_vision_faithful, check_vision_isolation
     from tensorcad.runtime.certification.forward.vision import _changed
 
     model, rows = packed_row
+    if which != "fixture":
+        rows = vision_rows(model, _three_images())
     whole = {k: v for k, v in rows.inputs.items() if k != "position_ids"}  # positions over the whole row: leaks
     given = samples_of(model, whole, rows.documents)
     base = _logits(model, whole)
@@ -312,6 +323,11 @@ def test_each_gap_and_each_leak_is_the_tests_own(packed_row):
     assert [(x.changed, x.moved, x.position) for x in isolated.leaks] == [(a, b, p) for a, b, _, p in leaks]
     assert [x.largest for x in isolated.leaks] == pytest.approx([v for _, _, v, _ in leaks], abs=1e-6)
     assert leaks and isolated.own_change == pytest.approx(min(own), abs=1e-6)
+    assert isolated.message().endswith("; cause: positions over the whole row: no position_ids: the model runs "
+                                       "get_rope_index over the whole packed row, so positions never restart and no "
+                                       "text row switches packing on; pass the 4-row position_ids of "
+                                       "tensorcad.hf.vision_rows")
+    assert check_vision_faithful(model, whole, rows.documents, atol=0.25).tolerance == 0.25
 
 
 def test_token_types_from_a_config_naming_no_video():
