@@ -119,3 +119,26 @@ def test_the_other_converters_name_what_they_refuse():
         empty = positions_of(np.zeros(width, dtype=np.int64))
         assert empty.shape == width and empty.dtype == np.int64
     assert positions_of(A([0, 0, 1])).tolist() == [0, 1, 0]
+
+
+def test_positions_seq_idx_and_lengths_at_their_edges():
+    from tensorcad.packing.forms import documents_of_positions, positions_of, row_lengths, seq_idx_of
+
+    for width in ((1, 0), (0,)):
+        empty = documents_of_positions(np.zeros(width, dtype=np.int64))
+        assert empty.shape == width and empty.dtype == np.int64
+    assert refused(lambda: documents_of_positions(A([1, 2, 0]))) == \
+        "positions[0]: a row begins at position 1, not 0: its first document has no beginning"
+    assert refused(lambda: documents_of_positions(A([[0, 1], [2, 3]]))) == \
+        "positions[1, 0]: a row begins at position 2, not 0: its first document has no beginning"
+    one = documents_of_positions(A([0, 1, 0, 1, 2]))
+    assert one.tolist() == [0, 0, 1, 1, 1] and one.dtype == np.int64 and one.shape == (5,)
+    assert row_lengths(np.zeros((2, 0), dtype=np.int64)) == [[], []]
+    for convert in (row_lengths, seq_idx_of, cu_seqlens_of):
+        assert refused(lambda: convert(A([0.5]))) == "documents: expected integers, got float64"
+    numbered = seq_idx_of(A([3, 3, 5]))
+    assert numbered.tolist() == [0, 0, 1] and numbered.dtype == np.int32 and numbered.shape == (3,)
+    assert positions_of(A([[0, 0, 1], [4, 4, 4]])).tolist() == [[0, 1, 0], [0, 1, 2]]
+    torch = pytest.importorskip("torch")
+    back = positions_of(torch.tensor([0, 0, 1]))
+    assert isinstance(back, torch.Tensor) and back.dtype == torch.int64 and back.tolist() == [0, 1, 0]
