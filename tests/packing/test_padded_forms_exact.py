@@ -31,6 +31,8 @@ def test_each_refusal_names_its_array_and_says_why():
         "cu_seqlens: expected 1D cumulative lengths beginning at 0"
     assert refused(lambda: padded_layout_of(A([0, 5, 3]), A([0, 8, 8]))) == \
         "cu_seqlens[2]: 3 after 5: cumulative lengths never fall"
+    assert refused(lambda: padded_layout_of(A([0, 3, 3, 1]), A([0, 4, 4, 4]))) == \
+        "cu_seqlens[3]: 1 after 3: cumulative lengths never fall"  # the fall, not the empty document before it
     assert refused(lambda: padded_layout_of(A([0, 4]), A([0, 4, 8]))) == "cu_seqlens_padded: 2 documents, cu_seqlens 1"
     assert refused(lambda: padded_layout_of(A([0, 4, 9]), A([0, 4, 8]))) == \
         "cu_seqlens_padded[2]: document 1 of 5 tokens padded to 4: padding never drops a token"
