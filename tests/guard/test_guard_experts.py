@@ -60,13 +60,18 @@ def test_a_padded_batch_routes_its_padding_and_the_path_counts_it():
                                         "top-2 of 4, 3 of them padding")
 
 
-def test_switch_routers_capacity_drops_are_what_a_walk_over_the_tokens_drops():
+def switch_layer():
+    """Switch Transformers' sparse MLP: a top-1 router whose experts take 3 tokens each, no jitter."""
     from transformers.models.switch_transformers import modeling_switch_transformers as switch
 
     torch.manual_seed(3)
     config = transformers.SwitchTransformersConfig(d_model=16, num_experts=4, expert_capacity=3, d_ff=32,
                                                    router_jitter_noise=0.0)
-    layer = switch.SwitchTransformersSparseMLP(config).eval()
+    return switch.SwitchTransformersSparseMLP(config).eval()
+
+
+def test_switch_routers_capacity_drops_are_what_a_walk_over_the_tokens_drops():
+    layer = switch_layer()
     hidden = torch.randn(2, 8, 16)
     calls = []
     with torch.no_grad(), experts_recording(layer, calls):

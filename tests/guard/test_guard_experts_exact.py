@@ -23,7 +23,7 @@ from tensorcad.guard.experts import (  # noqa: E402
 
 sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1]))
 from moe_designs import BASE, design  # noqa: E402  tests/, on sys.path
-from test_guard_experts import qwen3_moe  # noqa: E402
+from test_guard_experts import qwen3_moe, switch_layer  # noqa: E402
 
 
 def test_a_capacity_path_in_words_and_json():
@@ -109,12 +109,7 @@ def test_a_generated_moe_over_two_rows_drops_what_each_rows_walk_drops():
 
 
 def test_switchs_router_is_recorded_under_its_name():
-    from transformers.models.switch_transformers import modeling_switch_transformers as switch
-
-    torch.manual_seed(3)
-    config = transformers.SwitchTransformersConfig(d_model=16, num_experts=4, expert_capacity=3, d_ff=32,
-                                                   router_jitter_noise=0.0)
-    layer = switch.SwitchTransformersSparseMLP(config).eval()
+    layer = switch_layer()
     calls = []
     with torch.no_grad(), experts_recording(layer, calls):
         layer(torch.randn(1, 5, 16))

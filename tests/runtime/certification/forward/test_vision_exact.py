@@ -278,11 +278,12 @@ def _logits(model, inputs):
         return model(**inputs).logits[0]
 
 
-def _three_images():
+def _three_images(text):
+    """A text-only sample of ``text`` first, then three samples with an image each, one of a single token."""
     from vision_models import sample
 
     g = torch.Generator().manual_seed(4)
-    return [{"input_ids": torch.tensor([[3, 9]])}, sample(2, (1, 4, 4), 1, g), sample(1, (1, 2, 2), 2, g),
+    return [{"input_ids": torch.tensor([text])}, sample(2, (1, 4, 4), 1, g), sample(1, (1, 2, 2), 2, g),
             sample(0, (1, 4, 8), 3, g)]
 
 
@@ -294,7 +295,7 @@ def test_each_gap_and_each_leak_is_the_tests_own(packed_row, which):
 
     model, rows = packed_row
     if which != "fixture":
-        rows = vision_rows(model, _three_images())
+        rows = vision_rows(model, _three_images([3, 9]))
     whole = {k: v for k, v in rows.inputs.items() if k != "position_ids"}  # positions over the whole row: leaks
     given = samples_of(model, whole, rows.documents)
     base = _logits(model, whole)
@@ -359,12 +360,8 @@ def test_rows_without_token_types_read_them_off_the_placeholders(packed_row):
 def test_three_images_one_of_a_single_token_and_a_one_token_sample(packed_row):
     from tensorcad.hf.vision import samples_of, vision_rows
 
-    from vision_models import sample
-
     model, _ = packed_row
-    g = torch.Generator().manual_seed(4)
-    given = [{"input_ids": torch.tensor([[3]])}, sample(2, (1, 4, 4), 1, g), sample(1, (1, 2, 2), 2, g),
-             sample(0, (1, 4, 8), 3, g)]
+    given = _three_images([3])
     rows = vision_rows(model, given)
     read = samples_of(model, rows.inputs, rows.documents)
     assert [(s["first"], s["end"]) for s in read] == [(0, 1), (1, 10), (10, 16), (16, 29)]
