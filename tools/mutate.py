@@ -149,7 +149,10 @@ MODULES: dict[str, tuple[str, list[str]]] = {
            ("cp_certificate", ["runtime/certification/parallel/certificate.py",
                                "runtime/certification/parallel/plan.py"],
             ["tests/runtime/certification/parallel/test_cp_plan.py",
-             "tests/runtime/certification/parallel/test_cp_padded.py"]),
+             "tests/runtime/certification/parallel/test_cp_padded.py",
+             "tests/runtime/certification/parallel/test_cp_certificate_exact.py",
+             "tests/runtime/certification/parallel/test_cp_plan_check.py",
+             "tests/testing/test_assert_cp_plan.py"]),
            # RL post-training (issue 43): each certificate with its modes or batch reading
            ("rl_aggregation", ["runtime/certification/rl/aggregation.py", "runtime/certification/rl/modes.py"],
             ["tests/runtime/certification/rl/test_aggregation.py", "tests/runtime/certification/rl/test_modes.py",

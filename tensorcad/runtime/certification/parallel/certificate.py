@@ -62,7 +62,7 @@ def structural_failures(plan: Plan, batch: CpBatch, world_size: int) -> tuple[li
     failures += _once_each(positions, batch, world_size, sizes[0])
     for r, shard in enumerate(plan.shards):
         mine = plan.row.gather(1, shard.indices)
-        failures += _shard_failures(r, shard, mine, batch, plan.row, world_size)
+        failures += _shard_failures(r, shard, mine, batch, plan.row)
     return failures, True
 
 
@@ -93,7 +93,7 @@ def _once_each(positions: torch.Tensor, batch: CpBatch, n: int, local: int) -> l
             tokens = "1 token" if len(lost) == 1 else f"{len(lost)} tokens"
             message = (f"document {d} of row {b} ({length} tokens from position {first}) has {tokens} on no "
                        f"rank: position{'s' if len(lost) > 1 else ''} {_span(lost.tolist())}")
-            if kept and kept % (2 * n) == 0 and kept == length // (2 * n) * (2 * n):
+            if kept and kept == length // (2 * n) * (2 * n):  # what is left, a multiple of 2 x cp
                 message += f" (its {length} tokens rounded down to {kept}, a multiple of 2 x {n} = {2 * n})"
             failures.append(message)
     if twice:
@@ -126,13 +126,12 @@ def _unpadded_reading(batch: CpBatch, offsets: torch.Tensor) -> dict[str, torch.
     positions, numbers = torch.empty_like(offsets), torch.empty_like(offsets)
     for b in range(offsets.shape[0]):
         begins = torch.nonzero(starts[b]).flatten()
-        k = torch.searchsorted(begins, offsets[b], right=True) - 1
-        positions[b], numbers[b] = offsets[b] - begins[k.clamp(min=0)], k
+        k = torch.searchsorted(begins, offsets[b], right=True) - 1  # >= 0: every row begins a document
+        positions[b], numbers[b] = offsets[b] - begins[k], k
     return {"position_ids": positions, "seq_idx": numbers}
 
 
-def _shard_failures(r: int, shard: Shard, mine: torch.Tensor, batch: CpBatch, row: torch.Tensor,
-                    n: int) -> list[str]:
+def _shard_failures(r: int, shard: Shard, mine: torch.Tensor, batch: CpBatch, row: torch.Tensor) -> list[str]:
     """Rank r's ids, labels, and every reader of the boundaries against those of the positions it holds."""
     failures = []
     real = mine >= 0
@@ -258,12 +257,17 @@ def _cu_failures(r: int, cu: np.ndarray, row: torch.Tensor, batch: CpBatch, name
             elif d < 0 and (j == 0 or index[b, j - 1] >= 0):
                 padding_starts.append(base + j)
         begins.append(base + slots)
+    begins = list(dict.fromkeys(begins))  # a row's end is the next row's first document's start
     cu = [int(x) for x in cu]
-    if not cu or cu[0] != 0 or cu[-1] != rows * slots:
-        end = cu[-1] if cu else "nothing"
-        return [(f"rank {r}'s {name} end at {end}, but the plan's rows hold {rows * slots:,} slots: "
-                 f"boundaries at {_numbers(cu[1:])} where the row's are at {_numbers(begins[1:])} (cu_seqlens of the unpadded documents after "
-                 "padding miss every boundary the padding moved)")]
+    if not cu:
+        return [f"rank {r}'s {name} are empty: the plan's rows hold {rows * slots:,} slots, their boundaries at "
+                f"{_numbers(begins)}"]
+    if cu[0] != 0:
+        return [f"rank {r}'s {name} begin at {cu[0]}, not 0: the first row's first slot begins no sequence"]
+    if cu[-1] != rows * slots:
+        return [(f"rank {r}'s {name} end at {cu[-1]}, but the plan's rows hold {rows * slots:,} slots: "
+                 f"boundaries at {_numbers(cu[1:])} where the row's are at {_numbers(begins[1:])} (cu_seqlens of "
+                 "the unpadded documents after padding miss every boundary the padding moved)")]
     missing = [c for c in begins if c not in set(cu)]
     extra = [c for c in cu if c not in set(begins) and c not in set(padding_starts)]
     failures = []
@@ -344,9 +348,9 @@ def check_cp_plan(plan: Any, batch: Any, world_size: int, *, causal: bool = True
         pad_multiple = check_integer(pad_multiple, "pad_multiple", 1, 1 << 20)
     read = batch_of(batch)
     try:
-        shaped = plan_of(plan, read, world_size, given=batch)
-    except TensorcadError as error:
-        return CpPlanResult(type(plan).__name__, world_size, 0, 0, (error.message,), (), 0.0, 0.0)
+        shaped = plan_of(plan, read, world_size, batch)
+    except TensorcadError as error:  # a plan that cannot be read fails, naming what of it is wrong
+        return CpPlanResult(type(plan).__name__, world_size, 0, 0, (str(error),), (), 0.0, 0.0)
     failures, sound = structural_failures(shaped, read, world_size)
     if sound and pad_multiple is not None:
         failures += padding_failures(shaped.row, read, pad_multiple)

@@ -82,10 +82,11 @@ def batch_of(batch: Any) -> CpBatch:
         ids, documents, *rest = batch
         positions = rest[0] if rest else None
     else:
-        raise TypeError("a batch is (ids, documents[, positions]) or a mapping with input_ids and "
-                        "documents or position_ids (and labels)")
+        raise TensorcadError("batch", f"a batch is (ids, documents[, positions]) or a mapping with input_ids and "
+                             f"documents or position_ids (and labels), not {type(batch).__name__}"
+                             + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
     if ids is None or documents is None:
-        raise TypeError("the batch needs input_ids and the documents (or position_ids) of each position")
+        raise TensorcadError("batch", "needs input_ids and the documents (or position_ids) of each position")
 
     def grid(x):
         x = torch.as_tensor(x).long()
@@ -97,7 +98,7 @@ def batch_of(batch: Any) -> CpBatch:
         labels = grid(labels)
     for name, x in (("documents", documents), ("positions", positions), ("labels", labels)):
         if x is not None and x.shape != ids.shape:
-            raise TensorcadError(name, f"shaped {tuple(x.shape)}, the ids {tuple(ids.shape)}")
+            raise TensorcadError(f"batch.{name}", f"shaped {tuple(x.shape)}, the ids {tuple(ids.shape)}")
     return CpBatch(ids, documents, positions, labels)
 
 
@@ -157,7 +158,7 @@ def _listed_row(lengths_per_row, batch: CpBatch) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def plan_of(plan: Any, batch: CpBatch, world_size: int, given: Any = None) -> Plan:
+def plan_of(plan: Any, batch: CpBatch, world_size: int, given: Any) -> Plan:
     """Read any of the three forms of a plan (the module docstring); ``given`` is the batch as the
     caller passed it, handed to a callable plan."""
     rows, seq = batch.ids.shape
@@ -172,7 +173,7 @@ def plan_of(plan: Any, batch: CpBatch, world_size: int, given: Any = None) -> Pl
     if callable(plan):
         shards, row = [], None
         for rank in range(world_size):
-            part = plan(given if given is not None else batch, rank, world_size)
+            part = plan(given, rank, world_size)
             if not isinstance(part, Mapping) or "indices" not in part:
                 raise TypeError(f"plan(batch, {rank}, {world_size}) returns a mapping with 'indices' "
                                 f"(its slots' offsets into the plan's row), not {type(part).__name__}")
