@@ -22,7 +22,7 @@ import torch
 
 from tensorcad.errors import TensorcadError
 
-from .plan import IGNORE, CpBatch, Plan, Shard, batch_of, plan_of
+from .plan import IGNORE, CpBatch, Plan, Shard, batch_of, document_index, plan_of
 from ..outcome import Check, Skipped, failed, passed
 
 SHOWN = 3  # instances a failure lists before counting the rest
@@ -395,9 +395,9 @@ def cp_plan_check(s: Any) -> Check:
     if not causal and ahead != behind:
         raise Skipped("a one-sided window that keeps keys ahead is not a document mask this check draws")
     window = None if behind is None else behind + 1
-    ids, documents, positions = s.batch
+    documents = s.batch[1]
     rows, seq = documents.shape
-    index = CpBatch(ids, documents, positions, None).document_index()
+    index = document_index(documents)
     whole = cp_block_mask(document_mask(index, causal=causal, window=window), torch.arange(seq), 0, 1, rows, 1)
     counts = (whole.kv_num_blocks + whole.full_kv_num_blocks)[:, 0]
     results, lines = {}, []

@@ -62,9 +62,14 @@ class CpBatch:
 
     def document_index(self) -> torch.Tensor:
         """Each position's document, numbered 0, 1, ... along its row (as ``segments`` numbers them)."""
-        starts = torch.ones_like(self.documents, dtype=torch.int64)
-        starts[:, 1:] = (self.documents[:, 1:] != self.documents[:, :-1]).long()
-        return torch.cumsum(starts, dim=1) - 1
+        return document_index(self.documents)
+
+
+def document_index(documents: torch.Tensor) -> torch.Tensor:
+    """(B, T) documents numbered 0, 1, ... along each row, whatever ids the batch gave them."""
+    starts = torch.ones_like(documents, dtype=torch.int64)
+    starts[:, 1:] = (documents[:, 1:] != documents[:, :-1]).long()
+    return torch.cumsum(starts, dim=1) - 1
 
 
 def batch_of(batch: Any) -> CpBatch:

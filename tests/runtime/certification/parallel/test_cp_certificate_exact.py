@@ -109,6 +109,8 @@ def test_an_offset_outside_the_row_names_its_rank_and_row():
     assert result.differences == ()
     negative = check_cp_plan(split(([0, 1, -1, 3], [4, 5, 6, 7])), ONE, 2)
     assert negative.failures == ("rank 0 holds offset -1 of row 0, outside the plan's row of 8",)
+    alone = check_cp_plan(split(([0, 1, 2, 3, 4, 5, 6, 9],)), ONE, 1)
+    assert alone.failures == ("rank 0 holds offset 9 of row 0, outside the plan's row of 8",)
 
 
 @pytest.mark.parametrize("outside", [8, -2])
@@ -194,6 +196,17 @@ def test_boundaries_may_begin_padding_but_not_fall_inside_it_or_a_document():
         "rank 0's cu_seqlens put a boundary at 6, inside document 1 (row 0, position 5, document 1 token 2 is not "
         "its first token)",
         "rank 0's cu_seqlens put a boundary at 10, inside padding of row 0")
+
+
+def test_a_boundary_inside_padding_then_one_inside_the_next_document():
+    # Two slots of padding after document 0 (slots 3 and 4); document 1 begins at slot 5.
+    row = [0, 1, 2, -1, -1, 3, 4, 5, 6, 7]
+    result = check_cp_plan(split(([0, 1, 2, 3, 4], [5, 6, 7, 8, 9]), row=row, cu_seqlens=([0, 3, 4, 5, 7, 10],
+                                                                                         [0, 3, 5, 10])), ONE, 2)
+    assert result.failures == (
+        "rank 0's cu_seqlens put a boundary at 4, inside padding of row 0",
+        "rank 0's cu_seqlens put a boundary at 7, inside document 1 (row 0, position 5, document 1 token 2 is not "
+        "its first token)")
 
 
 # Left padding: one slot before document 0, one after it, three after document 1 (13 slots, one rank).
@@ -398,6 +411,13 @@ def test_per_row_lengths_each_lay_out_their_row():
     assert (result.slots, result.padding) == (12, 4)
 
 
+def test_one_row_of_lengths_lays_out_every_row():
+    twins = _batch((3, 5), (3, 5))
+    result = check_cp_plan(_PerDocumentHeadTailLoadBalancer([[4, 8]], 2, "cpu"), twins, 2)
+    assert result.passed, result.message()
+    assert (result.slots, result.padding) == (12, 4)
+
+
 def test_a_one_token_last_document_and_a_listed_document_with_no_tokens():
     short = _batch((3, 4, 1))
     assert check_cp_plan(_PerDocumentHeadTailLoadBalancer([[4, 4, 4]], 2, "cpu"), short, 2).passed
@@ -417,3 +437,16 @@ class Ragged:
 
 def test_a_balancer_laying_out_rows_of_different_lengths_fails():
     assert check_cp_plan(Ragged(), TWO, 2).failures == ("plan: the balancer lays out rows of different lengths",)
+
+
+class Cubic:
+    """A balancer whose indices are (1, 1, 8): one dimension too many."""
+
+    def _generate_indices(self):
+        return torch.arange(8).reshape(1, 1, 8)
+
+
+def test_an_index_map_or_balancer_of_the_wrong_shape_fails_naming_the_plan():
+    assert check_cp_plan(torch.arange(8).reshape(1, 1, 8), ONE, 2).failures == (
+        "plan: expected (S,) or (1, S), got (1, 1, 8)",)
+    assert check_cp_plan(Cubic(), ONE, 2).failures == ("plan: expected (S,) or (1, S), got (1, 1, 8)",)

@@ -39,7 +39,7 @@ def design(attention: dict, documents: bool = True) -> dict:
         "dim": dim, "norm": "rmsnorm", "mlp": {"hidden": 2 * dim, "activation": "swiglu"},
         "attention": {"heads": 4, "head_dim": 8, "rope": {"theta": 10000}, **attention}}}
     inputs = {"ids": {"role": "tokens"}, **({"documents": {"role": "documents"}} if documents else {})}
-    return {"name": "tiny-cp", "context": 256, "inputs": inputs,
+    return {"name": "tiny-cp", "context": 512, "inputs": inputs,
             "nodes": [{"id": "embed", "kind": "embedding", "in": {"x": "ids"}, "params": {"vocab": vocab, "dim": dim}},
                       {"id": "layers", "kind": "stack",
                        "in": {"x": "embed", **({"doc": "documents"} if documents else {})},
@@ -66,7 +66,7 @@ def test_every_sharding_laid_out_is_certified_with_the_designs_mask_and_seed(cal
     windowed = design({"causal": True, "mask": DOCUMENT, "window": 16})
     settings = replace(SETTINGS, seed=7)
     (check,) = certify(windowed, settings, only=["cp-plan"])
-    assert check.status == "passed", check.message
+    assert (check.name, check.status) == ("cp-plan", "passed"), check.message
     assert sorted(check.figures) == ["contiguous", "headtail", "per-document"]
     assert calls == [{"world_size": 2, "causal": True, "window": 16, "seed": 7}] * 3
     assert check.message.endswith("; ptrr: not laid out here (PTRR deals whole 128-token blocks: 2 x 128 does not "
@@ -100,7 +100,7 @@ def test_a_layout_that_doubles_a_token_fails_naming_the_sharding(monkeypatch):
 
     monkeypatch.setattr(cp_layouts, "cp_layout", doubling)
     (check,) = certify(design({"causal": True, "mask": DOCUMENT}), SETTINGS, only=["cp-plan"])
-    assert check.status == "failed"
+    assert (check.name, check.status) == ("cp-plan", "failed")
     lines = check.message.split("\n")
     assert lines[0] == "a sharding the analysis counts loses or leaks"
     assert lines[1].startswith("contiguous: an index map over 2 ranks: every position on one rank")
@@ -119,3 +119,41 @@ def test_a_layout_that_doubles_a_token_fails_naming_the_sharding(monkeypatch):
 def test_masks_no_balancer_can_shard_are_skipped_saying_why(attention, documents, reason):
     (check,) = certify(design(attention, documents), SETTINGS, only=["cp-plan"])
     assert (check.status, check.message) == ("skipped", reason)
+
+
+@pytest.mark.parametrize("mask", [DOCUMENT + " and q - kv < where(h < 1, 8, 64)",
+                                  DOCUMENT + " and q - kv < 64 and kv - q < where(h < 1, 4, 8)"])
+def test_two_heads_keeping_other_distances_behind_or_ahead_are_skipped(mask):
+    (check,) = certify(design({"heads": 2, "causal": "where(h < 1, 8, 64)" in mask, "mask": mask}), SETTINGS,
+                       only=["cp-plan"])
+    assert (check.status, check.message) == (
+        "skipped", "the mask keeps other distances on other heads: PyTorch's CP balancers need one mask")
+
+
+def test_ptrr_deals_blocks_by_the_key_blocks_flexattention_counts(monkeypatch):
+    """At 512 tokens PTRR is laid out: the counts it is dealt by are create_block_mask's own for the design's mask."""
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    given = []
+    real = cp_layouts.cp_layout
+
+    def recorded(documents, shard, world_size, counts=None, block=128):
+        given.append((shard, counts))
+        return real(documents, shard, world_size, counts, block)
+
+    monkeypatch.setattr(cp_layouts, "cp_layout", recorded)
+    settings = replace(SETTINGS, seq=512)
+    windowed = design({"causal": True, "mask": DOCUMENT, "window": 200})
+    (check,) = certify(windowed, settings, only=["cp-plan"])
+    assert (check.name, check.status) == ("cp-plan", "passed"), check.message
+    assert sorted(check.figures) == ["contiguous", "headtail", "per-document", "ptrr"]
+    documents = Subject(windowed, settings).batch[1]
+
+    def kept(b, h, q, kv):
+        return (documents[b, q] == documents[b, kv]) & (q >= kv) & (q - kv < 200)
+
+    flex = create_block_mask(kept, documents.shape[0], 1, 512, 512, device="cpu")
+    want = (flex.kv_num_blocks + flex.full_kv_num_blocks)[:, 0]
+    assert [shard for shard, _ in given] == ["contiguous", "headtail", "per-document", "ptrr"]
+    assert len(set(want.flatten().tolist())) > 1  # blocks of unequal work: the order PTRR deals matters
+    assert all(torch.equal(torch.as_tensor(counts), want) for _, counts in given)
