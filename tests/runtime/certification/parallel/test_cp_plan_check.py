@@ -131,7 +131,8 @@ def test_two_heads_keeping_other_distances_behind_or_ahead_are_skipped(mask):
 
 
 def test_ptrr_deals_blocks_by_the_key_blocks_flexattention_counts(monkeypatch):
-    """At 512 tokens PTRR is laid out: the counts it is dealt by are create_block_mask's own for the design's mask."""
+    """At 512 tokens PTRR is laid out: the counts it is dealt by are create_block_mask's own for the design's
+    mask, with long documents (blocks kept whole) and windows that bind (blocks skipped)."""
     from torch.nn.attention.flex_attention import create_block_mask
 
     given = []
@@ -142,18 +143,28 @@ def test_ptrr_deals_blocks_by_the_key_blocks_flexattention_counts(monkeypatch):
         return real(documents, shard, world_size, counts, block)
 
     monkeypatch.setattr(cp_layouts, "cp_layout", recorded)
-    settings = replace(SETTINGS, seq=512)
-    windowed = design({"causal": True, "mask": DOCUMENT, "window": 200})
-    (check,) = certify(windowed, settings, only=["cp-plan"])
-    assert (check.name, check.status) == ("cp-plan", "passed"), check.message
-    assert sorted(check.figures) == ["contiguous", "headtail", "per-document", "ptrr"]
-    documents = Subject(windowed, settings).batch[1]
+    settings = replace(SETTINGS, seq=512, pack=300.0)
+    masks = {"causal": ({"causal": True, "mask": DOCUMENT}, lambda q, kv: q >= kv),
+             "causal window": ({"causal": True, "mask": DOCUMENT, "window": 8}, lambda q, kv: (q >= kv) & (q - kv < 8)),
+             "both ways": ({"causal": False, "mask": DOCUMENT + " and abs(q - kv) < 8"},
+                           lambda q, kv: (q - kv).abs() < 8)}
+    dealt = {}
+    for name, (attention, distance) in masks.items():
+        given.clear()
+        case = design(attention)
+        (check,) = certify(case, settings, only=["cp-plan"])
+        assert (check.name, check.status) == ("cp-plan", "passed"), check.message
+        assert sorted(check.figures) == ["contiguous", "headtail", "per-document", "ptrr"]
+        documents = Subject(case, settings).batch[1]
 
-    def kept(b, h, q, kv):
-        return (documents[b, q] == documents[b, kv]) & (q >= kv) & (q - kv < 200)
+        def kept(b, h, q, kv):
+            return (documents[b, q] == documents[b, kv]) & distance(q, kv)
 
-    flex = create_block_mask(kept, documents.shape[0], 1, 512, 512, device="cpu")
-    want = (flex.kv_num_blocks + flex.full_kv_num_blocks)[:, 0]
-    assert [shard for shard, _ in given] == ["contiguous", "headtail", "per-document", "ptrr"]
-    assert len(set(want.flatten().tolist())) > 1  # blocks of unequal work: the order PTRR deals matters
-    assert all(torch.equal(torch.as_tensor(counts), want) for _, counts in given)
+        flex = create_block_mask(kept, documents.shape[0], 1, 512, 512, device="cpu")
+        want = (flex.kv_num_blocks + flex.full_kv_num_blocks)[:, 0]
+        assert [shard for shard, _ in given] == ["contiguous", "headtail", "per-document", "ptrr"]
+        assert all(torch.equal(torch.as_tensor(counts), want) for _, counts in given), name
+        dealt[name] = want.tolist()
+        if name == "causal":
+            assert int(flex.full_kv_num_blocks.sum()) > 0  # blocks kept whole count too
+    assert len({str(d) for d in dealt.values()}) == 3, dealt  # each mask deals blocks of other work
