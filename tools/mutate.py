@@ -151,6 +151,7 @@ MODULES: dict[str, tuple[str, list[str]]] = {
             ["tests/runtime/certification/parallel/test_cp_plan.py",
              "tests/runtime/certification/parallel/test_cp_padded.py",
              "tests/runtime/certification/parallel/test_cp_certificate_exact.py",
+             "tests/runtime/certification/parallel/test_cp_plan_forms.py",
              "tests/runtime/certification/parallel/test_cp_plan_check.py",
              "tests/testing/test_assert_cp_plan.py"]),
            # RL post-training (issue 43): each certificate with its modes or batch reading
