@@ -87,7 +87,7 @@ def batch_of(batch: Any) -> CpBatch:
         ids, documents, *rest = batch
         positions = rest[0] if rest else None
     else:
-        raise TensorcadError("batch", f"a batch is (ids, documents[, positions]) or a mapping with input_ids and "
+        raise TensorcadError("batch", "a batch is (ids, documents[, positions]) or a mapping with input_ids and "
                              f"documents or position_ids (and labels), not {type(batch).__name__}"
                              + (f" of {len(batch)}" if isinstance(batch, (tuple, list)) else ""))
     if ids is None or documents is None:
