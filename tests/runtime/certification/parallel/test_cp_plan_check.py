@@ -130,6 +130,15 @@ def test_two_heads_keeping_other_distances_behind_or_ahead_are_skipped(mask):
         "skipped", "the mask keeps other distances on other heads: PyTorch's CP balancers need one mask")
 
 
+def _kept(documents, distance):
+    """The design's mask as a mask_mod over these rows: the same document, and the distance kept."""
+
+    def kept(b, h, q, kv):
+        return (documents[b, q] == documents[b, kv]) & distance(q, kv)
+
+    return kept
+
+
 def test_ptrr_deals_blocks_by_the_key_blocks_flexattention_counts(monkeypatch):
     """At 512 tokens PTRR is laid out: the counts it is dealt by are create_block_mask's own for the design's
     mask, with long documents (blocks kept whole) and windows that bind (blocks skipped)."""
@@ -156,11 +165,7 @@ def test_ptrr_deals_blocks_by_the_key_blocks_flexattention_counts(monkeypatch):
         assert (check.name, check.status) == ("cp-plan", "passed"), check.message
         assert sorted(check.figures) == ["contiguous", "headtail", "per-document", "ptrr"]
         documents = Subject(case, settings).batch[1]
-
-        def kept(b, h, q, kv):
-            return (documents[b, q] == documents[b, kv]) & distance(q, kv)
-
-        flex = create_block_mask(kept, documents.shape[0], 1, 512, 512, device="cpu")
+        flex = create_block_mask(_kept(documents, distance), documents.shape[0], 1, 512, 512, device="cpu")
         want = (flex.kv_num_blocks + flex.full_kv_num_blocks)[:, 0]
         assert [shard for shard, _ in given] == ["contiguous", "headtail", "per-document", "ptrr"]
         assert all(torch.equal(torch.as_tensor(counts), want) for _, counts in given), name

@@ -58,7 +58,7 @@ def test_one_row_of_an_index_map_serves_every_row():
 
 
 def test_a_mapping_with_documents_and_labels():
-    ids, documents, positions = ONE
+    ids, documents, _ = ONE
     labels = ids + 1000
     absolute = torch.arange(8).unsqueeze(0)  # positions that do not restart: the documents come from "documents"
     read = batch_of({"input_ids": ids, "documents": documents, "position_ids": absolute, "labels": labels})
@@ -120,7 +120,7 @@ def test_a_one_token_last_document_and_a_listed_document_with_no_tokens():
 class Ragged:
     """A balancer whose rows lay out 12 and 8 slots (PyTorch's own cannot be built so)."""
 
-    seq_length_per_doc = [[4, 8], [4, 4]]
+    seq_length_per_doc = ((4, 8), (4, 4))
 
     def _generate_indices(self):
         return torch.arange(12).unsqueeze(0)
