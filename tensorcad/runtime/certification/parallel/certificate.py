@@ -28,9 +28,11 @@ from ..outcome import Check, Skipped, failed, passed
 SHOWN = 3  # instances a failure lists before counting the rest
 
 
-def _listing(items: list[str]) -> str:
+def _listing(items: list[str], total: int | None = None) -> str:
+    """The first SHOWN items, then how many more of ``total`` (default: of the items) there are."""
+    total = len(items) if total is None else total
     shown = "; ".join(items[:SHOWN])
-    return shown + (f" (and {len(items) - SHOWN} more)" if len(items) > SHOWN else "")
+    return shown + (f" (and {total - SHOWN} more)" if total > SHOWN else "")
 
 
 def _where(batch: CpBatch, b: int, p: int) -> str:
@@ -75,12 +77,16 @@ def _first_rank_slot(plan: Plan, bad: torch.Tensor) -> tuple[int, int, int]:
 def _once_each(positions: torch.Tensor, batch: CpBatch, n: int, local: int) -> list[str]:
     """Every position of every row on exactly one rank; a document's lost tokens named together."""
     rows, seq = batch.ids.shape
-    failures, twice = [], []
+    failures, twice, doubled = [], [], 0
     for b in range(rows):
         real = positions[b] >= 0
         slot = torch.arange(positions.shape[1])[real]
         count = torch.bincount(positions[b][real], minlength=seq)
-        for p in torch.nonzero(count > 1).flatten().tolist():
+        repeated = torch.nonzero(count > 1).flatten().tolist()
+        doubled += len(repeated)
+        # only the positions the message shows are described: each is a pass over the row, and a plan that
+        # doubles every token would otherwise cost one pass a token
+        for p in repeated[:SHOWN - len(twice)]:
             ranks = sorted({int(s) // local for s in slot[positions[b][real] == p]})
             on = " and ".join(str(r) for r in ranks) if len(ranks) > 1 else f"{ranks[0]} (twice)"
             twice.append(f"{_where(batch, b, p)} is on ranks {on}")
@@ -96,8 +102,8 @@ def _once_each(positions: torch.Tensor, batch: CpBatch, n: int, local: int) -> l
             if kept and kept == length // (2 * n) * (2 * n):  # what is left, a multiple of 2 x cp
                 message += f" (its {length} tokens rounded down to {kept}, a multiple of 2 x {n} = {2 * n})"
             failures.append(message)
-    if twice:
-        failures.insert(0, "a token on two ranks: " + _listing(twice))
+    if doubled:
+        failures.insert(0, "a token on two ranks: " + _listing(twice, doubled))
     return failures
 
 

@@ -51,6 +51,15 @@ def test_a_token_twice_on_one_rank_and_one_lost():
         "document 0 of row 0 (3 tokens from position 0) has 1 token on no rank: position 1")
 
 
+def test_tokens_doubled_in_every_row_are_counted_past_the_three_shown():
+    # Slots 4..7 repeat positions 0..3: in each of TWO's rows positions 0..3 are on both ranks, 4..7 on none.
+    result = check_cp_plan(torch.tensor([0, 1, 2, 3, 0, 1, 2, 3]), TWO, 2)
+    assert result.failures[0] == (
+        "a token on two ranks: row 0, position 0, document 0 token 0 is on ranks 0 and 1; row 0, position 1, "
+        "document 0 token 1 is on ranks 0 and 1; row 0, position 2, document 0 token 2 is on ranks 0 and 1 "
+        "(and 5 more)")
+
+
 def test_two_lost_tokens_are_a_span_and_a_document_lost_whole_is_no_rounding():
     two = check_cp_plan(torch.tensor([0, 1, 2, 3, 4, 5, -1, -1]), ONE, 2)
     assert two.failures[0] == "document 1 of row 0 (5 tokens from position 3) has 2 tokens on no rank: positions 6..7"
