@@ -8,7 +8,6 @@ changing one slot of the layout the building module gives).
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import replace
 
 import numpy as np
@@ -24,13 +23,6 @@ from tensorcad.runtime.certification.registry import certify  # noqa: E402
 
 SETTINGS = Settings(seq=128, pack=32.0, spread=1.0, params=200_000, block_rows=32)
 DOCUMENT = "doc(b, q) == doc(b, kv)"
-
-
-@pytest.fixture(autouse=True)
-def quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
 
 
 def design(attention: dict, documents: bool = True) -> dict:
